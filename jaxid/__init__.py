@@ -1,0 +1,50 @@
+"""jaxid: identify robot-arm dynamics from periodic multisine experiments, in JAX.
+
+The public API is re-exported here flat; see README.md for the pipeline and conventions.
+jaxid does not switch JAX to float64 at import: call ``jax.config.update("jax_enable_x64", True)``
+(the CLI and the tests do); public entry points refuse float32 unless asked.
+"""
+
+from .excitation import (
+    PAPER_FUNDAMENTAL,
+    TABLE2_AMPLITUDES,
+    TABLE2_HARMONICS,
+    Multisine,
+    schroeder_phases,
+    table2,
+)
+from .linearisation import LinearArm, corrected_point_mass_state_matrices, linearise, paper_state_matrices
+from .model import (
+    PARAMETER_NAMES,
+    TwoLinkArm,
+    coriolis_forces,
+    energy,
+    forward_dynamics,
+    friction_torque,
+    gravity_torque,
+    inverse_dynamics,
+    kinetic_energy,
+    mass_matrix,
+    point_mass,
+    potential_energy,
+    regressor,
+    table1,
+)
+from .simulation import (
+    DIVERGED,
+    MAX_STEPS,
+    NOT_STEADY,
+    RK4,
+    STATUS_NAMES,
+    SUCCESS,
+    Record,
+    linear_steady_state,
+    simulate,
+    simulate_batch,
+    steps_per_period,
+    transient_periods,
+)
+
+__version__ = "0.1.0"
+from .estimators import CONVERGED, ESTIMATOR_STATUS, ESTIMATORS, Estimate, get_estimator
+from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_std

@@ -1,0 +1,515 @@
+"""Simulation of the arm under a multisine torque, with diffrax as the integration engine.
+
+The arm starts at rest at the operating point ``q0`` with torque ``tau(t) = G(q0) + u(t)``.
+``discard_periods`` whole periods of transient are integrated and thrown away (only the state at
+each period boundary is kept, for the steady-state check), then ``measured_periods`` periods are
+sampled on the grid ``t0 + n·Δ``, ``n = 0 … P·N − 1`` (``N = T/Δ``, no repeated end point).
+
+Two integration paths, both diffrax solvers:
+
+- ``solver="rk4"`` (default) or ``"tsit5"``: fixed steps of ``Δ / substeps``. The steps are
+  driven by a ``lax.scan`` over ``solver.step`` (diffrax's ``diffeqsolve`` adds several µs of
+  per-step bookkeeping, which dominates this small ODE). The torque is tabulated once per period
+  on the half-step grid (RK4's stage times) in float64 and looked up, not re-evaluated per stage.
+  Memory is independent of the transient length.
+- ``solver="adaptive"``: ``diffrax.diffeqsolve`` with Tsit5 and a PID step-size controller at
+  ``rtol``/``atol``, saving at the same grid; the reference path for accuracy checks.
+
+A record carries a ``status``: ``SUCCESS``, ``DIVERGED`` (non-finite or runaway state),
+``MAX_STEPS`` (adaptive solver ran out of steps) or ``NOT_STEADY`` (state changed more than
+``steady_tolerance`` from one period boundary to the next around the measured window).
+
+``simulate`` is one trajectory and is ``jit``/``vmap``/``grad``-compatible; ``simulate_batch``
+is the compiled, device-sharded batch version used by sweeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import ClassVar, Literal
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from .excitation import Multisine
+from .linearisation import LinearArm, linearise
+from .model import TwoLinkArm, forward_dynamics, gravity_torque
+
+__all__ = [
+    "Record",
+    "SUCCESS",
+    "DIVERGED",
+    "MAX_STEPS",
+    "NOT_STEADY",
+    "STATUS_NAMES",
+    "RK4",
+    "simulate",
+    "simulate_batch",
+    "linear_steady_state",
+    "transient_periods",
+    "steps_per_period",
+]
+
+SUCCESS, DIVERGED, MAX_STEPS, NOT_STEADY = 0, 1, 2, 3
+STATUS_NAMES = {SUCCESS: "ok", DIVERGED: "diverged", MAX_STEPS: "max_steps", NOT_STEADY: "not_steady"}
+
+# A state this large (rad or rad/s) is treated as a runaway trajectory.
+_RUNAWAY = 1e4
+
+
+class Record(eqx.Module):
+    """Measured steady-state record over whole periods.
+
+    Attributes:
+        t: ``(M,)`` sample times [s], ``M = measured_periods · samples_per_period``.
+        tau: ``(M, 2)`` applied joint torques [N m] (``tau0`` included).
+        q: ``(M, 2)`` joint angles [rad] (noise-free until ``add_noise``).
+        status: integer status (``SUCCESS``, ``DIVERGED``, ``MAX_STEPS``, ``NOT_STEADY``).
+        steady_change: largest change of the state ``(q, q')`` between consecutive period
+            boundaries around the measured window [rad, rad/s].
+        sample_step: static sampling step ``Δ`` [s].
+        period: static period ``T`` [s].
+        measured_periods: static number of measured periods ``P``.
+
+    Under ``vmap`` every array gains a leading batch axis.
+    """
+
+    t: Float[Array, "M"]
+    tau: Float[Array, "M 2"]
+    q: Float[Array, "M 2"]
+    status: Int[Array, ""]
+    steady_change: Float[Array, ""]
+    sample_step: float = eqx.field(static=True)
+    period: float = eqx.field(static=True)
+    measured_periods: int = eqx.field(static=True)
+
+    @property
+    def samples_per_period(self) -> int:
+        return steps_per_period(self.period, self.sample_step)
+
+    def replace(self, **kwargs) -> Record:
+        out = self
+        for name, value in kwargs.items():
+            out = eqx.tree_at(lambda r, name=name: getattr(r, name), out, value)
+        return out
+
+
+def steps_per_period(period: float, step: float) -> int:
+    """``T / Δ`` as an integer; raises if the step does not divide the period."""
+    n = period / step
+    if not (n > 0 and abs(n - round(n)) < 1e-9 * max(1.0, n)):
+        raise ValueError(
+            f"The step {step} s does not divide the period {period} s into a whole number of samples "
+            f"(T/Δ = {n}); choose Δ = T/N for an integer N, e.g. {period / max(1, round(n))}."
+        )
+    return int(round(n))
+
+
+# -- diffrax solver: classic RK4 --------------------------------------------------------------
+
+_rk4_tableau = diffrax.ButcherTableau(
+    c=np.array([0.5, 0.5, 1.0]),
+    b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
+    b_error=np.array([0.0, 0.0, 0.0, 0.0]),
+    a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
+)
+
+
+class RK4(diffrax.AbstractERK):
+    """The classic fourth-order Runge–Kutta method as a diffrax solver (fixed steps only).
+
+    Its stages sit at ``t``, ``t + h/2`` and ``t + h``, so a torque tabulated on the half-step
+    grid is exact at every stage.
+    """
+
+    tableau: ClassVar[diffrax.ButcherTableau] = _rk4_tableau
+    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms):
+        return 4
+
+
+# -- vector fields -----------------------------------------------------------------------------
+
+
+def _nonlinear_field(arm: TwoLinkArm, y: Array, tau: Array) -> Array:
+    q, qd = y[:2], y[2:]
+    return jnp.concatenate([qd, forward_dynamics(arm, q, qd, tau)])
+
+
+def _linear_field(lin: LinearArm, y: Array, tau: Array) -> Array:
+    dq, dqd = y[:2] - lin.q0, y[2:]
+    rhs = tau - lin.tau0 - lin.stiffness @ dq - lin.damping @ dqd
+    return jnp.concatenate([dqd, jnp.linalg.solve(lin.mass, rhs)])
+
+
+class _TabulatedTorque(eqx.Module):
+    # Torque on the grid t_start + i·h/2 over one period (periodic lookup).
+    table: Array  # (L, 2), L = 2 · steps per period
+    offset: Array  # (2,)
+    scale: Array  # ()
+    t_start: Array
+    half_step: float = eqx.field(static=True)
+
+    def __call__(self, t):
+        i = jnp.round((t - self.t_start) / self.half_step).astype(jnp.int32)
+        i = jnp.mod(i, self.table.shape[0])
+        return self.offset + self.scale * self.table[i]
+
+
+class _AnalyticTorque(eqx.Module):
+    excitation: Multisine
+    offset: Array
+
+    def __call__(self, t):
+        return self.offset + self.excitation.torque(t)
+
+
+def _vector_field(t, y, args):
+    system, torque = args
+    tau = torque(t)
+    if isinstance(system, LinearArm):
+        return _linear_field(system, y, tau)
+    return _nonlinear_field(system, y, tau)
+
+
+_TERM = diffrax.ODETerm(_vector_field)
+
+
+# -- transient length ------------------------------------------------------------------------
+
+
+def transient_periods(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    q0: ArrayLike = (0.0, 0.0),
+    tolerance: float = 1e-10,
+) -> int:
+    """Whole periods to discard so the slowest transient ``e^{−σ t}`` falls below ``tolerance``.
+
+    ``σ`` is the smallest decay rate ``min |Re λ|`` of the linearisation at ``q0`` (over all arms
+    if ``arm`` is batched). The initial transient is of the order of the response itself, so
+    ``tolerance`` is relative. Needs concrete (not traced) parameters; raises if the
+    linearisation is not stable (then give ``discard_periods`` yourself and add feedback).
+    """
+    rates = np.atleast_1d(np.asarray(_decay_rates(arm, jnp.asarray(q0, dtype=float))))
+    sigma = float(np.min(rates))
+    if not sigma > 0:
+        raise ValueError(
+            f"The linearisation at q0={list(np.asarray(q0))} is not asymptotically stable (slowest decay "
+            f"rate {sigma:.3g} 1/s): without friction or at an unstable posture there is no steady state. "
+            "Add viscous friction, choose a stable q0, or pass discard_periods explicitly."
+        )
+    return max(1, math.ceil(math.log(1 / tolerance) / sigma / excitation.period))
+
+
+@jax.jit
+def _decay_rates(arm, q0):
+    if arm.masses.ndim == 1:
+        return linearise(arm, q0).slowest_decay_rate()
+    return jax.vmap(lambda a: linearise(a, q0).slowest_decay_rate())(arm)
+
+
+# -- one trajectory -----------------------------------------------------------------------------
+
+Solver = Literal["rk4", "tsit5", "adaptive"]
+Model = Literal["nonlinear", "linear"]
+
+
+def _check_options(model, solver, sample_step, substeps, discard_periods, measured_periods, period):
+    if model not in ("nonlinear", "linear"):
+        raise ValueError(f"model must be 'nonlinear' or 'linear', got {model!r}.")
+    if solver not in ("rk4", "tsit5", "adaptive"):
+        raise ValueError(f"solver must be 'rk4', 'tsit5' or 'adaptive', got {solver!r}.")
+    if not (isinstance(substeps, int) and substeps >= 1):
+        raise ValueError(f"substeps must be a positive integer, got {substeps!r}.")
+    if not (isinstance(measured_periods, int) and measured_periods >= 1):
+        raise ValueError(f"measured_periods must be a positive integer (whole periods), got {measured_periods!r}.")
+    if discard_periods is not None and not (isinstance(discard_periods, int) and discard_periods >= 0):
+        raise ValueError(f"discard_periods must be a non-negative integer or None (derived), got {discard_periods!r}.")
+    return steps_per_period(period, sample_step)
+
+
+def simulate(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    *,
+    q0: ArrayLike = (0.0, 0.0),
+    model: Model = "nonlinear",
+    solver: Solver = "rk4",
+    sample_step: float = 0.01,
+    substeps: int = 1,
+    discard_periods: int | None = None,
+    measured_periods: int = 1,
+    initial_state: ArrayLike | None = None,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 2_000_000,
+    steady_tolerance: float = 1e-6,
+) -> Record:
+    """Simulate one trajectory and return the measured record.
+
+    Args:
+        arm: the arm (unbatched here; use ``vmap`` or ``simulate_batch`` for batches).
+        excitation: the multisine ``u(t)``; the applied torque is ``G(q0) + u(t)``.
+        q0: operating point [rad]; the arm starts at rest there unless ``initial_state`` is given.
+        model: ``"nonlinear"`` arm or its ``"linear"`` isation at ``q0``.
+        solver: ``"rk4"`` / ``"tsit5"`` fixed step ``sample_step / substeps``, or ``"adaptive"``.
+        sample_step: sampling step ``Δ`` [s]; must divide the period.
+        substeps: integration steps per sample (fixed-step solvers).
+        discard_periods: transient periods thrown away; ``None`` derives it from the slowest
+            decay rate (``transient_periods``; needs concrete parameters).
+        measured_periods: number ``P`` of whole periods sampled.
+        initial_state: optional ``(q, q')`` start ``(4,)`` instead of rest at ``q0``.
+        rtol, atol, max_steps: adaptive solver settings.
+        steady_tolerance: largest allowed period-to-period state change before ``NOT_STEADY``.
+
+    Returns:
+        A ``Record``. Raises ``ValueError`` for inconsistent options (before tracing).
+    """
+    n_per = _check_options(model, solver, sample_step, substeps, discard_periods, measured_periods, excitation.period)
+    if discard_periods is None:
+        discard_periods = transient_periods(arm, excitation, q0)
+    q0 = jnp.asarray(q0, dtype=float)
+    if q0.shape != (2,):
+        raise ValueError(f"q0 must have shape (2,), got {q0.shape}.")
+    if initial_state is None:
+        y0 = jnp.concatenate([q0, jnp.zeros(2)])
+    else:
+        y0 = jnp.asarray(initial_state, dtype=float)
+        if y0.shape != (4,):
+            raise ValueError(f"initial_state must be (q1, q2, q1', q2') of shape (4,), got {y0.shape}.")
+    return _simulate(
+        arm,
+        excitation,
+        q0,
+        y0,
+        model=model,
+        solver=solver,
+        sample_step=sample_step,
+        substeps=substeps,
+        n_per=n_per,
+        discard_periods=discard_periods,
+        measured_periods=measured_periods,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        steady_tolerance=steady_tolerance,
+    )
+
+
+def _simulate(
+    arm, excitation, q0, y0, *, model, solver, sample_step, substeps, n_per, discard_periods,
+    measured_periods, rtol, atol, max_steps, steady_tolerance,
+) -> Record:
+    period = excitation.period
+    offset = gravity_torque(arm, q0)
+    system = linearise(arm, q0) if model == "linear" else arm
+    t_start = jnp.zeros(())
+    n_meas = measured_periods * n_per
+    t_meas = discard_periods * period + jnp.arange(n_meas) * sample_step
+    if solver == "adaptive":
+        torque = _AnalyticTorque(excitation, offset)
+        boundaries, q = _adaptive(system, torque, model, y0, t_meas, period, discard_periods, measured_periods, rtol, atol, max_steps)
+        status_steps = q[1]
+        q = q[0]
+    else:
+        h = sample_step / substeps
+        grid = jnp.arange(2 * n_per * substeps) * (h / 2)
+        unit = excitation.replace(scale=1.0)
+        torque = _TabulatedTorque(unit.torque(grid), offset, excitation.scale, t_start, h / 2)
+        fixed = RK4() if solver == "rk4" else diffrax.Tsit5()
+        boundaries, q = _fixed(fixed, system, torque, model, y0, h, substeps, n_per, discard_periods, measured_periods)
+        status_steps = jnp.asarray(False)
+    tau = offset + excitation.torque(t_meas)
+    # Steady-state check around the measured window: boundary states from one period before
+    # the measurement to its end.
+    first = max(discard_periods - 1, 0)
+    window = boundaries[first:]
+    change = jnp.max(jnp.abs(jnp.diff(window, axis=0))) if window.shape[0] > 1 else jnp.zeros(())
+    finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(boundaries))
+    runaway = jnp.any(jnp.abs(boundaries) > _RUNAWAY)
+    status = jnp.where(
+        ~finite | runaway,
+        DIVERGED,
+        jnp.where(status_steps, MAX_STEPS, jnp.where(change > steady_tolerance, NOT_STEADY, SUCCESS)),
+    )
+    return Record(t_meas, tau, q, status.astype(jnp.int32), change, sample_step, period, measured_periods)
+
+
+def _fixed(solver, system, torque, model, y0, h, substeps, n_per, discard_periods, measured_periods):
+    args = (system, torque)
+    state0 = solver.init(_TERM, 0.0, h, y0, args)
+
+    def step(carry, n):
+        y, state = carry
+        t0 = n * h
+        y1, _, _, state, _ = solver.step(_TERM, t0, t0 + h, y, args, state, made_jump=False)
+        return (y1, state), None
+
+    def run_period(carry, p):
+        # One period of steps with no output (the transient is not stored).
+        n0 = p * n_per * substeps
+        carry, _ = jax.lax.scan(step, carry, n0 + jnp.arange(n_per * substeps))
+        return carry, carry[0]
+
+    carry = (y0, state0)
+    carry, bound_discard = jax.lax.scan(run_period, carry, jnp.arange(discard_periods))
+
+    def sample(carry, i):
+        y = carry[0]
+        n0 = discard_periods * n_per * substeps + i * substeps
+        carry, _ = jax.lax.scan(step, carry, n0 + jnp.arange(substeps))
+        return carry, y
+
+    def measure_period(carry, p):
+        carry, ys = jax.lax.scan(sample, carry, p * n_per + jnp.arange(n_per))
+        return carry, (ys[:, :2], carry[0])
+
+    carry, (q, bound_meas) = jax.lax.scan(measure_period, carry, jnp.arange(measured_periods))
+    boundaries = jnp.concatenate([y0[None], bound_discard, bound_meas], axis=0)
+    return boundaries, q.reshape(-1, 2)
+
+
+def _adaptive(system, torque, model, y0, t_meas, period, discard_periods, measured_periods, rtol, atol, max_steps):
+    n_bound = discard_periods + measured_periods
+    t_bound = jnp.arange(1, n_bound + 1) * period
+    ts = jnp.sort(jnp.concatenate([t_bound, t_meas]))
+    # The measured grid and the boundaries overlap at discard·T; keep both via one sorted grid.
+    sol = diffrax.diffeqsolve(
+        _TERM,
+        diffrax.Tsit5(),
+        t0=0.0,
+        t1=n_bound * period,
+        dt0=min(period / 1000, 0.01),
+        y0=y0,
+        args=(system, torque),
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+        throw=False,
+    )
+    ys = sol.ys
+    idx_bound = jnp.searchsorted(ts, t_bound, side="right") - 1
+    idx_meas = jnp.searchsorted(ts, t_meas, side="left")
+    boundaries = jnp.concatenate([y0[None], ys[idx_bound]], axis=0)
+    failed = sol.result != diffrax.RESULTS.successful
+    return boundaries, (ys[idx_meas, :2], failed)
+
+
+# -- batches ------------------------------------------------------------------------------------
+
+
+def simulate_batch(
+    arms: TwoLinkArm,
+    excitation: Multisine,
+    *,
+    scales: ArrayLike | None = None,
+    q0: ArrayLike = (0.0, 0.0),
+    initial_states: ArrayLike | None = None,
+    discard_periods: int | None = None,
+    shard: bool = True,
+    **options,
+) -> Record:
+    """Simulate a batch in one compiled call, sharded over all local devices.
+
+    Args:
+        arms: an arm with a leading batch axis ``B`` on every field (e.g.
+            ``jax.vmap(lambda m: point_mass(masses=m))(masses)``).
+        excitation: the multisine shared by the batch (unbatched amplitudes and phases; its
+            torque table is computed once for the whole batch).
+        scales: optional ``(B,)`` per-trial excitation scales (default: ``excitation.scale``).
+        q0: operating point shared by the batch.
+        initial_states: ``(B, 4)`` or ``None`` (rest at ``q0``).
+        discard_periods: ``None`` derives it from the slowest decay over the batch.
+        shard: split the batch over ``jax.devices()`` (pad to a multiple of the device count).
+        options: the static options of ``simulate`` (``model``, ``solver``, ``sample_step``,
+            ``substeps``, ``measured_periods``, ``rtol``, ``atol``, ``max_steps``,
+            ``steady_tolerance``).
+
+    Returns a ``Record`` with a leading batch axis. Results do not depend on the device count.
+    One compile per distinct set of static options and shapes.
+    """
+    if arms.masses.ndim != 2:
+        raise ValueError("simulate_batch needs arms with a leading batch axis (masses of shape (B, 2)); use simulate for one arm.")
+    if excitation.amplitudes.ndim != 2 or excitation.phases.ndim != 2 or excitation.scale.ndim != 0:
+        raise ValueError("simulate_batch shares one excitation over the batch; pass per-trial scales with scales=, "
+                         "or vmap simulate yourself for per-trial amplitudes or phases.")
+    batch = arms.masses.shape[0]
+    q0 = jnp.asarray(q0, dtype=float)
+    scales = jnp.broadcast_to(jnp.asarray(excitation.scale if scales is None else scales, dtype=float), (batch,))
+    if initial_states is None:
+        initial_states = jnp.broadcast_to(jnp.concatenate([q0, jnp.zeros(2)]), (batch, 4))
+    initial_states = jnp.asarray(initial_states, dtype=float)
+    if initial_states.shape != (batch, 4):
+        raise ValueError(f"initial_states must have shape ({batch}, 4), got {initial_states.shape}.")
+    opts = _resolve_options(options)
+    n_per = _check_options(
+        opts["model"], opts["solver"], opts["sample_step"], opts["substeps"], discard_periods,
+        opts["measured_periods"], excitation.period,
+    )
+    if discard_periods is None:
+        discard_periods = transient_periods(arms, excitation, q0)
+    run = _batched_runner(n_per=n_per, discard_periods=discard_periods, **opts)
+    ndev = len(jax.devices()) if shard else 1
+    pad = (-batch) % ndev
+    trials = (arms, scales, initial_states)
+    if pad:
+        trials = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), trials)
+    if ndev > 1:
+        mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("trials",))
+        trials = jax.device_put(trials, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
+    rec = run(*trials, excitation, q0)
+    if pad:
+        rec = jax.tree.map(lambda x: x[:batch], rec)
+    return rec
+
+
+_DEFAULT_OPTIONS = dict(
+    model="nonlinear", solver="rk4", sample_step=0.01, substeps=1, measured_periods=1,
+    rtol=1e-10, atol=1e-12, max_steps=2_000_000, steady_tolerance=1e-6,
+)
+
+
+def _resolve_options(options: dict) -> dict:
+    unknown = set(options) - set(_DEFAULT_OPTIONS)
+    if unknown:
+        raise ValueError(f"Unknown simulation option(s) {sorted(unknown)}; allowed: {sorted(_DEFAULT_OPTIONS)}.")
+    return {**_DEFAULT_OPTIONS, **options}
+
+
+@functools.lru_cache(maxsize=64)
+def _batched_runner_cached(options_items):
+    options = dict(options_items)
+
+    def one(arm, scale, y0, excitation, q0):
+        return _simulate(arm, excitation.replace(scale=scale), q0, y0, **options)
+
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None)))
+
+
+def _batched_runner(**options):
+    return _batched_runner_cached(tuple(sorted(options.items())))
+
+
+# -- exact linear steady state ------------------------------------------------------------------
+
+
+def linear_steady_state(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    t: Float[ArrayLike, "M"],
+    q0: ArrayLike = (0.0, 0.0),
+) -> Float[Array, "M 2"]:
+    """Exact steady state of the linearised arm: ``q0 + Re Σ_k H(jω_k) U_k e^{jω_k t}`` [rad]."""
+    lin = linearise(arm, q0)
+    omega = jnp.asarray(excitation.line_frequencies)
+    qk = jnp.einsum("kij,kj->ki", lin.frequency_response(omega), excitation.phasors())
+    t = jnp.asarray(t)
+    phase = jnp.exp(1j * omega[None, :] * t[:, None])
+    return lin.q0 + jnp.real(phase @ qk)
