@@ -1,0 +1,137 @@
+"""Command-line interface (thin: it calls the library API).
+
+    jaxid run CONFIG [--out DIR] [--trials N] [--full] [--settings A,B] [--overwrite] [--devices N]
+    jaxid report RUN_DIR
+    jaxid list
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _experiments_dir() -> Path:
+    env = os.environ.get("JAXID_EXPERIMENTS")
+    return Path(env) if env else EXPERIMENTS_DIR
+
+
+def _resolve_config(name: str) -> Path:
+    path = Path(name)
+    if path.exists():
+        return path
+    candidate = _experiments_dir() / f"{name}.toml"
+    if candidate.exists():
+        return candidate
+    return path
+
+
+def _setup_jax(devices: int | None) -> None:
+    # Must run before jax is imported: split the CPU into host devices so the trial axis can
+    # be sharded over all cores (one XLA CPU device uses one core).
+    if devices is None:
+        devices = os.cpu_count() or 1
+    flags = os.environ.get("XLA_FLAGS", "")
+    if devices > 1 and "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def cmd_run(args) -> int:
+    _setup_jax(args.devices)
+    from .config import ConfigError, load_experiment
+    from .study import RunExists, run_experiment
+
+    try:
+        exp = load_experiment(_resolve_config(args.config))
+        names = [s for s in args.settings.split(",") if s] if args.settings else None
+        trials = args.trials
+        if args.full:
+            if exp.full_trials is None:
+                raise ConfigError(f"{exp.name} has no experiment.full_trials; give --trials N instead of --full.")
+            trials = exp.full_trials
+        exp = exp.select(names, trials)
+        run_name = args.run or ("full" if args.full else "default")
+        out = Path(args.out) if args.out else Path("results") / exp.name / run_name
+        run_dir = run_experiment(exp, out, overwrite=args.overwrite, progress=not args.quiet)
+    except (ConfigError, RunExists, ValueError) as err:
+        print(f"jaxid run: error: {err}", file=sys.stderr)
+        return 2
+    from .report import markdown_table
+    import pandas as pd
+
+    summary = pd.read_parquet(run_dir / "summary.parquet")
+    print(markdown_table(summary))
+    print(f"Results in {run_dir}/ (summary.csv, trials.parquet, figures/)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .config import ConfigError
+    from .plots import make_figures
+    from .report import markdown_table, write_tables
+    from .study import check_run_dir
+
+    try:
+        run_dir = check_run_dir(args.run_dir)
+        summary = write_tables(run_dir)
+        paths = make_figures(run_dir)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"jaxid report: error: {err}", file=sys.stderr)
+        return 2
+    print(markdown_table(summary))
+    print(f"Rebuilt tables and {len(paths)} figure(s) in {run_dir}/")
+    return 0
+
+
+def cmd_list(args) -> int:
+    import tomllib
+
+    directory = _experiments_dir()
+    files = sorted(directory.glob("*.toml"))
+    if not files:
+        print(f"No experiments in {directory}.")
+        return 0
+    for f in files:
+        raw = tomllib.loads(f.read_text())
+        exp = raw.get("experiment", {})
+        settings = ", ".join(raw.get("settings", {}))
+        print(f"{f.stem:<14} {exp.get('description', '')}\n{'':<14} settings: {settings}\n{'':<14} run: jaxid run {f}\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxid", description="Identify robot-arm dynamics from periodic multisine experiments; Monte Carlo studies.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run (or resume) an experiment from a TOML config", description="Run an experiment; a killed run resumes from its finished chunks when the same command is given again.")
+    run.add_argument("config", help="path to an experiment TOML file, or the name of a shipped experiment (see `jaxid list`)")
+    run.add_argument("--out", help="run directory (default results/<experiment>/<run>)")
+    run.add_argument("--run", help="run name under results/<experiment>/ (default 'default', or 'full' with --full)")
+    run.add_argument("--trials", type=int, help="trials per setting (overrides the config)")
+    run.add_argument("--full", action="store_true", help="use the experiment's full_trials (the full reproduction)")
+    run.add_argument("--settings", help="comma-separated subset of settings to run")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    run.add_argument("--devices", type=int, help="number of XLA host devices to split the CPU into (default: CPU count)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+    rep = sub.add_parser("report", help="rebuild summary tables and figures from a run's tables")
+    rep.add_argument("run_dir")
+    rep.set_defaults(func=cmd_report)
+    lst = sub.add_parser("list", help="list the shipped experiments")
+    lst.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Experiment configuration: a TOML file of named settings, validated with helpful messages.
+
+An experiment file has three kinds of tables::
+
+    [experiment]            # name, description, seed, trials, chunk, plots
+    [defaults]              # keys shared by all settings
+    [settings.<name>]       # one table per setting; its keys override the defaults
+
+A setting is resolved as ``SETTING_DEFAULTS`` ← ``[defaults]`` ← ``[settings.<name>]``. Every key
+is checked against the allowed keys (a typo gets a suggestion) and every value against its
+allowed values. See ``experiments/README.md`` for the keys and the shipped experiments.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import LINEAR_PARAMETERS, PARAMETER_NAMES
+
+__all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]
+
+
+class ConfigError(ValueError):
+    """A configuration file or value is invalid; the message says what to change."""
+
+
+#: Default value of every setting key; also the list of allowed keys.
+SETTING_DEFAULTS: dict[str, Any] = {
+    "model": "point_mass",  # arm preset: point_mass | table1
+    "parameters": {},  # overrides of preset parameters, e.g. {m2 = 2.0, fv1 = 3.0}
+    "sample": {},  # sampled parameters: {m2 = {dist = "uniform", width = 0.1}} (relative)
+    "parameter_sets": 1,  # distinct sampled parameter sets (each simulated once)
+    "unknowns": ["m1", "m2", "fv1", "fv2"],
+    "lines": "same",  # same | split
+    "scale": 1.0,
+    "phases": "zero",  # zero | schroeder | random
+    "q0": [0.0, 0.0],
+    "simulator": "nonlinear",  # nonlinear | linear (the linearised arm)
+    "solver": "rk4",  # rk4 | tsit5 | adaptive
+    "substeps": 1,
+    "sample_step": 0.01,
+    "discard_periods": "auto",  # int or "auto" (from the slowest decay rate)
+    "measured_periods": 1,
+    "noise": "uniform",  # uniform (paper: level*rand()) | gaussian (std = level)
+    "noise_level": 0.1,
+    "estimators": ["paper", "equation_error", "ml"],
+    "estimator_options": {},  # {estimator_name = {option = value}}
+    "trials": None,  # per-setting trial count (else the experiment's)
+    "label": None,  # free text shown in tables/plots
+}
+
+EXPERIMENT_KEYS = {
+    "name": str,
+    "description": str,
+    "seed": int,
+    "trials": int,
+    "full_trials": int,
+    "chunk": int,
+    "plots": list,
+}
+
+_CHOICES = {
+    "model": ("point_mass", "table1"),
+    "lines": ("same", "split"),
+    "phases": ("zero", "schroeder", "random"),
+    "simulator": ("nonlinear", "linear"),
+    "solver": ("rk4", "tsit5", "adaptive"),
+    "noise": ("uniform", "gaussian"),
+}
+_DISTRIBUTIONS = {"fixed": (), "uniform": ("width",), "normal": ("std",)}
+PLOTS = ("coefficients", "estimates", "rmse_vs_noise", "rmse_vs_scale", "rmse_vs_periods", "estimators", "convergence")
+
+
+def _suggest(word: str, allowed) -> str:
+    close = difflib.get_close_matches(word, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting (all keys of ``SETTING_DEFAULTS`` present and validated)."""
+
+    name: str
+    values: dict[str, Any]
+    trials: int
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def digest(self) -> str:
+        """A short hash of the resolved values (a resumed run must match it)."""
+        blob = json.dumps({"name": self.name, "trials": self.trials, **self.values}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    seed: int
+    trials: int
+    chunk: int
+    plots: tuple[str, ...]
+    settings: tuple[Setting, ...]
+    full_trials: int | None = None
+    source: str | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+    def setting(self, name: str) -> Setting:
+        for s in self.settings:
+            if s.name == name:
+                return s
+        raise ConfigError(f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{_suggest(name, [s.name for s in self.settings])}")
+
+    def select(self, names: list[str] | None, trials: int | None = None) -> Experiment:
+        """A copy keeping only the settings ``names`` (all if ``None``), with ``trials`` overriding counts."""
+        settings = self.settings if not names else tuple(self.setting(n) for n in names)
+        if trials is not None:
+            if trials < 1:
+                raise ConfigError(f"--trials must be >= 1, got {trials}.")
+            settings = tuple(Setting(s.name, s.values, trials) for s in settings)
+        return Experiment(self.name, self.description, self.seed, self.trials, self.chunk, self.plots, settings, self.full_trials, self.source, self.raw)
+
+    def resolved(self) -> dict:
+        """The fully resolved configuration (written next to the results)."""
+        return {
+            "experiment": {
+                "name": self.name,
+                "description": self.description,
+                "seed": self.seed,
+                "trials": self.trials,
+                "chunk": self.chunk,
+                "plots": list(self.plots),
+                **({"full_trials": self.full_trials} if self.full_trials else {}),
+            },
+            "settings": {s.name: {**s.values, "trials": s.trials} for s in self.settings},
+        }
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return parse_experiment(raw, source=str(path), default_name=path.stem)
+
+
+def parse_experiment(raw: dict, source: str | None = None, default_name: str = "experiment") -> Experiment:
+    where = f"{source}: " if source else ""
+    for key in raw:
+        if key not in ("experiment", "defaults", "settings"):
+            raise ConfigError(f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{_suggest(key, ['experiment', 'defaults', 'settings'])}")
+    exp = raw.get("experiment", {})
+    for key, value in exp.items():
+        if key not in EXPERIMENT_KEYS:
+            raise ConfigError(f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{_suggest(key, EXPERIMENT_KEYS)}")
+        if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
+            raise ConfigError(f"{where}experiment.{key} must be a {EXPERIMENT_KEYS[key].__name__}, got {value!r}.")
+    trials = exp.get("trials", 100)
+    chunk = exp.get("chunk", 256)
+    if trials < 1 or chunk < 1:
+        raise ConfigError(f"{where}experiment.trials and experiment.chunk must be >= 1.")
+    plots = tuple(exp.get("plots", []))
+    for p in plots:
+        if p not in PLOTS:
+            raise ConfigError(f"{where}unknown plot {p!r} in experiment.plots; allowed: {list(PLOTS)}.{_suggest(p, PLOTS)}")
+    defaults = raw.get("defaults", {})
+    _check_keys(defaults, f"{where}[defaults]")
+    settings_raw = raw.get("settings", {})
+    if not settings_raw:
+        raise ConfigError(f"{where}no settings: add at least one [settings.<name>] table.")
+    settings = []
+    for name, table in settings_raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}settings.{name} must be a table ([settings.{name}]).")
+        _check_keys(table, f"{where}[settings.{name}]")
+        values = copy.deepcopy(SETTING_DEFAULTS)
+        values.update(copy.deepcopy(defaults))
+        values.update(copy.deepcopy(table))
+        values = _validate_setting(values, f"{where}settings.{name}")
+        n = values.pop("trials") or trials
+        values["trials"] = None
+        settings.append(Setting(name, values, int(n)))
+    return Experiment(
+        name=exp.get("name", default_name),
+        description=exp.get("description", ""),
+        seed=exp.get("seed", 0),
+        trials=trials,
+        chunk=chunk,
+        plots=plots,
+        settings=tuple(settings),
+        full_trials=exp.get("full_trials"),
+        source=source,
+        raw=raw,
+    )
+
+
+def _check_keys(table: dict, where: str) -> None:
+    for key in table:
+        if key not in SETTING_DEFAULTS:
+            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {sorted(SETTING_DEFAULTS)}.{_suggest(key, SETTING_DEFAULTS)}")
+
+
+def _validate_setting(v: dict, where: str) -> dict:
+    from .estimators import ESTIMATORS
+
+    for key, choices in _CHOICES.items():
+        if v[key] not in choices:
+            raise ConfigError(f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{_suggest(str(v[key]), choices)}")
+    for key in ("scale", "noise_level", "sample_step"):
+        val = v[key]
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+            raise ConfigError(f"{where}.{key} must be a finite number, got {val!r}.")
+        v[key] = float(val)
+    if v["sample_step"] <= 0 or v["noise_level"] < 0 or v["scale"] < 0:
+        raise ConfigError(f"{where}: sample_step must be > 0, noise_level >= 0 and scale >= 0.")
+    for key in ("measured_periods", "substeps", "parameter_sets"):
+        if isinstance(v[key], bool) or not isinstance(v[key], int) or v[key] < 1:
+            raise ConfigError(f"{where}.{key} must be a positive integer, got {v[key]!r}.")
+    d = v["discard_periods"]
+    if not (d == "auto" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)):
+        raise ConfigError(f"{where}.discard_periods must be \"auto\" or a non-negative integer, got {d!r}.")
+    if v["trials"] is not None and (not isinstance(v["trials"], int) or v["trials"] < 1):
+        raise ConfigError(f"{where}.trials must be a positive integer, got {v['trials']!r}.")
+    q0 = v["q0"]
+    if not (isinstance(q0, list) and len(q0) == 2 and all(isinstance(x, (int, float)) for x in q0)):
+        raise ConfigError(f"{where}.q0 must be a list of two angles in rad, got {q0!r}.")
+    unknowns = v["unknowns"]
+    if isinstance(unknowns, str):
+        unknowns = [unknowns]
+    if not unknowns or any(u not in LINEAR_PARAMETERS for u in unknowns) or len(set(unknowns)) != len(unknowns):
+        bad = [u for u in unknowns if u not in LINEAR_PARAMETERS]
+        hint = _suggest(bad[0], LINEAR_PARAMETERS) if bad else ""
+        raise ConfigError(f"{where}.unknowns = {unknowns!r}: choose distinct names among {list(LINEAR_PARAMETERS)}.{hint}")
+    v["unknowns"] = list(unknowns)
+    for name, value in v["parameters"].items():
+        if name not in PARAMETER_NAMES:
+            raise ConfigError(f"{where}.parameters: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}.parameters.{name} must be a number (SI units), got {value!r}.")
+    for name, spec in v["sample"].items():
+        if name not in PARAMETER_NAMES:
+            raise ConfigError(f"{where}.sample: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}")
+        if not isinstance(spec, dict) or spec.get("dist") not in _DISTRIBUTIONS:
+            raise ConfigError(f"{where}.sample.{name} must be a table with dist = one of {list(_DISTRIBUTIONS)}, e.g. {{dist = \"uniform\", width = 0.1}} (relative half-width).")
+        need = _DISTRIBUTIONS[spec["dist"]]
+        extra = set(spec) - {"dist", *need}
+        if extra or any(k not in spec for k in need):
+            raise ConfigError(f"{where}.sample.{name}: dist = {spec['dist']!r} takes exactly {list(need)} (relative to the preset value).")
+    names = v["estimators"]
+    if isinstance(names, str):
+        names = [names]
+    if not names:
+        raise ConfigError(f"{where}.estimators is empty; choose some of {sorted(ESTIMATORS)}.")
+    for name in names:
+        if name not in ESTIMATORS:
+            raise ConfigError(f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}")
+    v["estimators"] = list(names)
+    for name in v["estimator_options"]:
+        if name not in names:
+            raise ConfigError(f"{where}.estimator_options.{name}: {name!r} is not among this setting's estimators {names}.")
+    return v
