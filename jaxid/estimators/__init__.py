@@ -1,3 +1,50 @@
 """Estimators: one module each, all with the interface of ``base``."""
 
-from .base import CONVERGED, ESTIMATOR_STATUS, ESTIMATORS, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, get_estimator, register
+from .base import (
+    CONVERGED,
+    ESTIMATOR_STATUS,
+    ESTIMATORS,
+    FAILED,
+    MAX_ITERATIONS,
+    SINGULAR,
+    UNSTRUCTURED_NAMES,
+    Estimate,
+    get_estimator,
+    linear_system,
+    parameter_values,
+    register,
+    resolve_unknowns,
+)
+from .equation_error import equation_error, equation_error_fit, line_variance
+from .ml import gauss_newton_covariance, levenberg_marquardt, ml, ml_fit, output_error_residual
+from .paper import PaperFit, paper, paper_fit, paper_masses, paper_template_parameters, paper_template_response
+
+__all__ = [
+    "CONVERGED",
+    "ESTIMATOR_STATUS",
+    "ESTIMATORS",
+    "FAILED",
+    "MAX_ITERATIONS",
+    "SINGULAR",
+    "UNSTRUCTURED_NAMES",
+    "Estimate",
+    "get_estimator",
+    "linear_system",
+    "parameter_values",
+    "register",
+    "resolve_unknowns",
+    "equation_error",
+    "equation_error_fit",
+    "line_variance",
+    "gauss_newton_covariance",
+    "levenberg_marquardt",
+    "ml",
+    "ml_fit",
+    "output_error_residual",
+    "PaperFit",
+    "paper",
+    "paper_fit",
+    "paper_masses",
+    "paper_template_parameters",
+    "paper_template_response",
+]

@@ -21,12 +21,30 @@ used silently).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
-from jaxtyping import Array, Float, Int
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Int
 
-__all__ = ["Estimate", "CONVERGED", "FAILED", "MAX_ITERATIONS", "SINGULAR", "ESTIMATOR_STATUS", "register", "get_estimator", "ESTIMATORS"]
+from ..linearisation import LinearArm, linearise
+from ..model import PARAMETER_NAMES, TwoLinkArm, validate_unknowns
+
+__all__ = [
+    "Estimate",
+    "CONVERGED",
+    "FAILED",
+    "MAX_ITERATIONS",
+    "SINGULAR",
+    "ESTIMATOR_STATUS",
+    "register",
+    "get_estimator",
+    "ESTIMATORS",
+    "UNSTRUCTURED_NAMES",
+    "resolve_unknowns",
+    "linear_system",
+    "parameter_values",
+]
 
 CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR = 0, 1, 2, 3
 ESTIMATOR_STATUS = {CONVERGED: "ok", FAILED: "failed", MAX_ITERATIONS: "max_iterations", SINGULAR: "singular"}
@@ -43,7 +61,7 @@ class Estimate(eqx.Module):
         history: optional ``(n, p)`` estimate over time/iterations (recursive estimators).
     """
 
-    value: Float[Array, "p"]
+    value: Float[Array, " p"]
     covariance: Float[Array, "p p"]
     status: Int[Array, ""]
     names: tuple[str, ...] = eqx.field(static=True)
@@ -70,3 +88,85 @@ def get_estimator(name: str) -> Callable[..., Estimate]:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"Unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{hint}")
     return ESTIMATORS[name]
+
+
+# -- parameterisations of the linearised arm ----------------------------------------------------
+#
+# The frequency-domain estimators and the Cramér–Rao bound work on the linearisation
+# ``D0 δq'' + Fv δq' + K0 δq = δτ``. Its unknowns are either *physical* parameters of the arm
+# (any of ``PARAMETER_NAMES``; the linearisation is re-derived by autodiff for each value), or an
+# *unstructured* set of entries of ``D0``, ``K0`` and ``Fv`` themselves (``UNSTRUCTURED_NAMES``;
+# ``D0`` and ``K0`` are symmetric, ``Fv`` diagonal), useful when the arm's geometry is not
+# trusted (e.g. the table1 arm with unknown inertias and centres of mass).
+
+#: Entries of the linearisation that an unstructured fit may take as unknowns: ``d11, d12, d22``
+#: of ``D0`` [kg m²], ``k11, k12, k22`` of ``K0`` [N m/rad] and ``fv1, fv2`` of ``Fv`` [N m s/rad].
+UNSTRUCTURED_NAMES: tuple[str, ...] = ("d11", "d12", "d22", "k11", "k12", "k22", "fv1", "fv2")
+
+_MATRIX_ENTRIES = {
+    "d11": ("mass", 0, 0),
+    "d12": ("mass", 0, 1),
+    "d22": ("mass", 1, 1),
+    "k11": ("stiffness", 0, 0),
+    "k12": ("stiffness", 0, 1),
+    "k22": ("stiffness", 1, 1),
+    "fv1": ("damping", 0, 0),
+    "fv2": ("damping", 1, 1),
+}
+
+
+def resolve_unknowns(unknowns: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """Check a set of unknowns; return ``(unknowns, unstructured)``.
+
+    The set is *unstructured* when it names any entry of ``D0`` or ``K0`` (``d11 … k22``); then
+    every name must be in ``UNSTRUCTURED_NAMES`` (``fv1``/``fv2`` are the diagonal of ``Fv``).
+    Otherwise every name must be a physical parameter (``PARAMETER_NAMES``). Raises
+    ``ValueError`` saying what to change.
+    """
+    if isinstance(unknowns, str):
+        unknowns = (unknowns,)
+    unknowns = tuple(unknowns)
+    matrix = [u for u in unknowns if u in _MATRIX_ENTRIES and u not in ("fv1", "fv2")]
+    if matrix:
+        return validate_unknowns(unknowns, UNSTRUCTURED_NAMES), True
+    return validate_unknowns(unknowns, PARAMETER_NAMES), False
+
+
+def linear_system(
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    theta: Float[ArrayLike, " p"],
+    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+) -> LinearArm:
+    """The linearisation at ``q0`` of ``nominal`` with the unknowns set to ``theta``.
+
+    Physical unknowns are written into the arm and the arm is linearised by autodiff; unstructured
+    unknowns overwrite entries of the nominal linearisation (symmetrically for ``d12``, ``k12``).
+    Traceable in ``theta`` (this is the model every frequency-domain estimator fits, and what the
+    Cramér–Rao bound differentiates).
+    """
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    theta = jnp.asarray(theta)
+    if theta.shape != (len(unknowns),):
+        raise ValueError(f"theta must have shape ({len(unknowns)},) for {list(unknowns)}, got {theta.shape}.")
+    if not unstructured:
+        return linearise(nominal.with_parameters(unknowns, theta), q0)
+    lin = linearise(nominal, q0)
+    for i, name in enumerate(unknowns):
+        field, r, c = _MATRIX_ENTRIES[name]
+        m = getattr(lin, field).at[r, c].set(theta[i]).at[c, r].set(theta[i])
+        lin = eqx.tree_at(lambda a, field=field: getattr(a, field), lin, m)
+    return lin
+
+
+def parameter_values(
+    arm: TwoLinkArm, unknowns: Sequence[str], q0: Float[ArrayLike, " 2"] = (0.0, 0.0)
+) -> Float[Array, " p"]:
+    """The true values of ``unknowns`` for ``arm`` (physical or unstructured; see ``linear_system``)."""
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    if not unstructured:
+        return arm.parameter_vector(unknowns)
+    lin = linearise(arm, q0)
+    return jnp.stack(
+        [getattr(lin, _MATRIX_ENTRIES[n][0])[_MATRIX_ENTRIES[n][1], _MATRIX_ENTRIES[n][2]] for n in unknowns]
+    )
