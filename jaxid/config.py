@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model import LINEAR_PARAMETERS, PARAMETER_NAMES
+from .model import PARAMETER_NAMES
 
 __all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]
 
@@ -240,10 +240,12 @@ def _validate_setting(v: dict, where: str) -> dict:
     unknowns = v["unknowns"]
     if isinstance(unknowns, str):
         unknowns = [unknowns]
-    if not unknowns or any(u not in LINEAR_PARAMETERS for u in unknowns) or len(set(unknowns)) != len(unknowns):
-        bad = [u for u in unknowns if u not in LINEAR_PARAMETERS]
-        hint = _suggest(bad[0], LINEAR_PARAMETERS) if bad else ""
-        raise ConfigError(f"{where}.unknowns = {unknowns!r}: choose distinct names among {list(LINEAR_PARAMETERS)}.{hint}")
+    from .estimators import resolve_unknowns
+
+    try:
+        resolve_unknowns(unknowns)
+    except ValueError as err:
+        raise ConfigError(f"{where}.unknowns: {err}") from None
     v["unknowns"] = list(unknowns)
     for name, value in v["parameters"].items():
         if name not in PARAMETER_NAMES:

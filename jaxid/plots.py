@@ -73,9 +73,9 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
             ax.plot(crlb.index, crlb.values, "k--", lw=1.5, label="√CRLB")
         ax.set_title(par)
         ax.set_xlabel(x)
-        if logx:
+        if logx and (g[x] > 0).all():
             ax.set_xscale("log")
-        if logy:
+        if logy and (g["rmse"] > 0).any():
             ax.set_yscale("log")
     axes[0, 0].set_ylabel("error")
     axes[0, -1].legend(fontsize=7, loc="best")
@@ -88,7 +88,8 @@ def plot_estimators(summary: pd.DataFrame, out: Path) -> Path:
     g = summary.copy()
     g["rel_rmse"] = g["rmse"] / g["truth"].abs()
     grid = sns.catplot(data=g, x="parameter", y="rel_rmse", hue="estimator", col="setting", kind="bar", col_wrap=min(3, g["setting"].nunique()), height=3, aspect=1.2)
-    grid.set(yscale="log")
+    if (g["rel_rmse"] > 0).any():
+        grid.set(yscale="log")
     grid.set_axis_labels("parameter", "RMSE / |truth|")
     grid.figure.suptitle("Estimators side by side", y=1.02)
     return _save(grid.figure, out / "estimators.png")

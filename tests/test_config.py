@@ -1,0 +1,74 @@
+"""Experiment configs: every shipped file parses; bad keys and values get messages that say what to change."""
+
+from pathlib import Path
+
+import pytest
+
+from jaxid.config import ConfigError, load_experiment, parse_experiment
+
+EXPERIMENTS = sorted((Path(__file__).parent.parent / "experiments").glob("*.toml"))
+
+
+def base(**setting):
+    return {"experiment": {"name": "t", "trials": 2}, "settings": {"a": {"estimators": ["equation_error"], **setting}}}
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_shipped_experiments_parse_and_have_smoke(path):
+    exp = load_experiment(path)
+    names = [s.name for s in exp.settings]
+    assert "smoke" in names, f"{path.name} needs a smoke setting for CI"
+    assert exp.setting("smoke").trials <= 5
+
+
+def test_defaults_and_override_resolution():
+    raw = {
+        "experiment": {"name": "t", "trials": 7, "seed": 3},
+        "defaults": {"scale": 0.5, "estimators": ["equation_error"]},
+        "settings": {"a": {}, "b": {"scale": 2.0, "trials": 3}},
+    }
+    exp = parse_experiment(raw)
+    assert exp.setting("a")["scale"] == 0.5 and exp.setting("a").trials == 7
+    assert exp.setting("b")["scale"] == 2.0 and exp.setting("b").trials == 3
+    assert exp.setting("a")["noise"] == "uniform"  # package default
+    assert exp.select(["b"], trials=4).settings[0].trials == 4
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ({"scal": 1.0}, ["unknown key 'scal'", "Did you mean 'scale'"]),
+        ({"lines": "splt"}, ["lines", "'split'"]),
+        ({"estimators": ["equation_eror"]}, ["unknown estimator", "equation_error"]),
+        ({"unknowns": ["m3"]}, ["unknowns", "m1"]),
+        ({"noise": "pink"}, ["noise", "gaussian"]),
+        ({"measured_periods": 0}, ["measured_periods", "positive integer"]),
+        ({"discard_periods": -1}, ["discard_periods"]),
+        ({"parameters": {"mass1": 2.0}}, ["unknown parameter 'mass1'"]),
+        ({"sample": {"m2": {"dist": "uniform"}}}, ["width"]),
+        ({"scale": "big"}, ["scale must be a finite number"]),
+    ],
+)
+def test_bad_values_have_clear_messages(setting, words):
+    with pytest.raises(ConfigError) as err:
+        parse_experiment(base(**setting))
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_bad_top_level_and_experiment_keys():
+    with pytest.raises(ConfigError, match="Did you mean 'settings'"):
+        parse_experiment({"setings": {}})
+    with pytest.raises(ConfigError, match="experiment.sed"):
+        parse_experiment({"experiment": {"sed": 1}, "settings": {"a": {}}})
+    with pytest.raises(ConfigError, match="no settings"):
+        parse_experiment({"experiment": {"name": "x"}})
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_experiment(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[experiment\nname=1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_experiment(bad)
