@@ -48,3 +48,6 @@ __all__ = [
     "paper_template_parameters",
     "paper_template_response",
 ]
+
+# Time-domain baselines and the nonlinear output-error estimator register themselves on import.
+from . import ekf, nonlinear, rls  # noqa: E402,F401
