@@ -30,7 +30,7 @@ def _resolve_config(name: str) -> Path:
     return path
 
 
-def _setup_jax(devices: int | None) -> None:
+def _setup_jax(devices: int | None, coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> None:
     # Must run before jax is imported: split the CPU into host devices so the trial axis can
     # be sharded over all cores (one XLA CPU device uses one core).
     if devices is None:
@@ -41,10 +41,18 @@ def _setup_jax(devices: int | None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if coordinator:
+        # Multi-process (multi-host) run: every process runs the same command with its own id;
+        # the trial axis is sharded over the devices of all processes, process 0 writes files.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
 
 
 def cmd_run(args) -> int:
-    _setup_jax(args.devices)
+    if args.coordinator and (args.num_processes is None or args.process_id is None):
+        print("jaxid run: error: --coordinator needs --num-processes and --process-id.", file=sys.stderr)
+        return 2
+    _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
     from .config import ConfigError, load_experiment
     from .study import RunExists, run_experiment
 
@@ -63,9 +71,13 @@ def cmd_run(args) -> int:
     except (ConfigError, RunExists, ValueError) as err:
         print(f"jaxid run: error: {err}", file=sys.stderr)
         return 2
-    from .report import markdown_table
+    import jax
     import pandas as pd
 
+    from .report import markdown_table
+
+    if jax.process_index() != 0:
+        return 0
     summary = pd.read_parquet(run_dir / "summary.parquet")
     print(markdown_table(summary))
     print(f"Results in {run_dir}/ (summary.csv, trials.parquet, figures/)")
@@ -118,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--settings", help="comma-separated subset of settings to run")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     run.add_argument("--devices", type=int, help="number of XLA host devices to split the CPU into (default: CPU count)")
+    run.add_argument("--coordinator", help="HOST:PORT of process 0 for a multi-process run (jax.distributed)")
+    run.add_argument("--num-processes", type=int, help="number of processes in a multi-process run")
+    run.add_argument("--process-id", type=int, help="this process's id (0 writes the results)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="rebuild summary tables and figures from a run's tables")

@@ -164,6 +164,29 @@ def _freeze(value):
     return value
 
 
+def _host(x) -> np.ndarray:
+    """A (possibly multi-process, sharded) array as a numpy array with the full global value."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _is_writer() -> bool:
+    """Only process 0 writes files in a multi-process (``jax.distributed``) run."""
+    return jax.process_index() == 0
+
+
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def _shard(tree, ndev: int):
     """Pad the leading axis to a multiple of ``ndev`` and split it over the local devices."""
     n = jax.tree.leaves(tree)[0].shape[0]
@@ -255,7 +278,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
         nominal = trial_arms.with_parameters(unknowns, jnp.broadcast_to(plan.nominal.parameter_vector(unknowns), truth.shape))
     ndev = len(jax.devices())
     (noisy_s, nominal_s), n = _shard((noisy, nominal), ndev)
-    sim_status = np.asarray(trial_rec.status)
+    sim_status = _host(trial_rec.status)
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
         opts = _freeze(s["estimator_options"].get(name, {}))
@@ -269,9 +292,9 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
         jax.block_until_ready(est.value)
         seconds = time.perf_counter() - t0
         timing[name] = seconds
-        value = np.asarray(est.value)[:n]
-        cov = np.asarray(est.covariance)[:n]
-        status = np.asarray(est.status)[:n]
+        value = _host(est.value)[:n]
+        cov = _host(est.covariance)[:n]
+        status = _host(est.status)[:n]
         std = np.sqrt(np.clip(np.diagonal(cov, axis1=-2, axis2=-1), 0, None))
         finite = np.all(np.isfinite(value), axis=1)
         labels = np.where(
@@ -297,7 +320,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
                 )
             )
         if est.history is not None and index == 0:
-            hist = np.asarray(est.history)[0]
+            hist = _host(est.history)[0]
             duration = s["measured_periods"] * plan.excitation.period
             steps = hist.shape[0]
             for j, par in enumerate(unknowns):
@@ -317,6 +340,8 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
 
 
 def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+    if not _is_writer():
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     df.to_parquet(tmp, index=False)
@@ -324,6 +349,8 @@ def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
 
 
 def _atomic_write_text(text: str, path: Path) -> None:
+    if not _is_writer():
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
@@ -376,7 +403,7 @@ def run_experiment(
     resolved = exp.resolved()
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
     manifest_path = out / "manifest.json"
-    if out.exists() and any(out.iterdir()):
+    if _is_writer() and out.exists() and any(out.iterdir()):
         old = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
         if overwrite:
             import shutil
@@ -386,7 +413,9 @@ def run_experiment(
             raise RunExists(f"{out} holds a finished run; pass --overwrite to replace it or --out for a new directory.")
         elif old.get("config_digest") not in (None, digest):
             raise RunExists(f"{out} holds an unfinished run of a different configuration; pass --overwrite or choose another --out.")
-    out.mkdir(parents=True, exist_ok=True)
+    _sync("jaxid-start")
+    if _is_writer():
+        out.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(json.dumps(resolved, indent=2, default=str), out / "config.json")
     manifest = {
         "experiment": exp.name,
@@ -402,7 +431,7 @@ def run_experiment(
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "settings": {},
     }
-    if manifest_path.exists():
+    if _is_writer() and manifest_path.exists():
         old = json.loads(manifest_path.read_text())
         manifest["settings"] = old.get("settings", {})
         manifest["resumed"] = True
@@ -411,7 +440,7 @@ def run_experiment(
     plans = [_plan(exp, s) for s in exp.settings]
     total = sum(p.n_chunks for p in plans)
     bar = None
-    if progress:
+    if progress and _is_writer():
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, desc=exp.name, unit="chunk", file=sys.stderr)
@@ -424,12 +453,14 @@ def run_experiment(
             raise RunExists(f"{out}: setting {s.name!r} on disk was run with other values; pass --overwrite.")
         info.update(discard_periods=plan.discard, noise_std=plan.sigma, chunks=plan.n_chunks, trials=s.trials)
         cache: dict = {}
-        for index in range(plan.n_chunks):
+        # Decide what is left before computing anything (all processes decide alike).
+        pending = [i for i in range(plan.n_chunks) if not (chunk_dir / f"{i:05d}.parquet").exists()]
+        extras_missing = not (chunk_dir / "extras.json").exists()
+        _sync(f"jaxid-plan-{s.name}")
+        if bar:
+            bar.update(plan.n_chunks - len(pending))
+        for index in pending:
             path = chunk_dir / f"{index:05d}.parquet"
-            if path.exists():
-                if bar:
-                    bar.update(1)
-                continue
             t0 = time.perf_counter()
             df, timing, histories = _run_chunk(exp, plan, index, cache)
             _atomic_write_parquet(df, path)
@@ -445,9 +476,13 @@ def run_experiment(
             _atomic_write_text(json.dumps(manifest, indent=2), manifest_path)
             if bar:
                 bar.update(1)
-        _write_setting_extras(exp, plan, out)
+        if extras_missing:
+            _write_setting_extras(exp, plan, out)
     if bar:
         bar.close()
+    _sync("jaxid-done")
+    if not _is_writer():
+        return out
     from .report import write_tables
 
     write_tables(out, exp)
@@ -466,8 +501,6 @@ def _write_setting_extras(exp: Experiment, plan: _SettingPlan, out: Path) -> Non
     """Per-setting tables that need the model: CRLB and the Fourier-coefficient comparison."""
     s = plan.setting
     path = out / "chunks" / s.name / "extras.json"
-    if path.exists():
-        return
     extras = {"crlb": {}, "coefficients": []}
     unknowns = tuple(s["unknowns"])
     try:
@@ -501,7 +534,7 @@ def _coefficients_table(exp: Experiment, plan: _SettingPlan) -> list[dict]:
 
     s = plan.setting
     _, rec = _simulate_sets(exp, plan, np.arange(1))
-    rec0 = jax.tree.map(lambda x: x[0], rec)
+    rec0 = jax.tree.map(lambda x: _host(x)[0], rec)
     noisy = add_noise(rec0, key=trial_key(exp.seed, s.name, 0), kind=s["noise"], level=s["noise_level"])
     lin = linearise(plan.nominal, jnp.asarray(s["q0"], dtype=float))
     omega = jnp.asarray(plan.excitation.line_frequencies)

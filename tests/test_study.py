@@ -166,3 +166,32 @@ def test_one_and_four_devices_give_identical_tables(tmp_path):
         assert json.loads((out / "manifest.json").read_text())["device_count"] == n
         outs.append(trials_table(out))
     pd.testing.assert_frame_equal(outs[0], outs[1])
+
+
+def test_two_processes_give_the_one_process_table(reference, tmp_path):
+    """The same experiment under jax.distributed (two processes, coordinator on localhost)."""
+    import socket
+
+    script = """
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+sys.path.insert(0, sys.argv[4])
+from test_study import tiny
+from jaxid.study import run_experiment
+assert jax.process_count() == 2 and len(jax.devices()) == 2
+run_experiment(tiny(), sys.argv[3], progress=False, figures=False)
+"""
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "mp"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    args = lambda i: [sys.executable, "-c", script, f"localhost:{port}", str(i), str(out), str(Path(__file__).parent)]
+    procs = [subprocess.Popen(args(i), env=env) for i in (0, 1)]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["device_count"] == 2 and manifest["complete"]
+    pd.testing.assert_frame_equal(trials_table(reference), trials_table(out))
