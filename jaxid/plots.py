@@ -51,7 +51,7 @@ def plot_estimates(trials: pd.DataFrame, out: Path) -> list[Path]:
     ok = trials[trials["status"] == "ok"]
     for setting, g in ok.groupby("setting", sort=False):
         grid = sns.catplot(data=g, x="estimator", y="estimate", col="parameter", kind="strip", sharey=False, height=3, aspect=1.1, alpha=0.4, size=2.5)
-        for ax, (par, gp) in zip(grid.axes.flat, g.groupby("parameter", sort=False), strict=False):
+        for ax, (_par, gp) in zip(grid.axes.flat, g.groupby("parameter", sort=False), strict=False):
             ax.axhline(gp["truth"].mean(), color="k", lw=1, ls="--", label="truth")
             ax.tick_params(axis="x", rotation=30)
         grid.figure.suptitle(f"{setting}: estimates under noise (paper Figs. 4-5), dashed = truth", y=1.03)
