@@ -107,8 +107,16 @@ def paper_state_matrices(arm: TwoLinkArm, q0: ArrayLike = (0.0, 0.0)) -> tuple[A
     ``a21`` misses a term (zero at ``q20 = 0``), ``a22`` is wrong altogether (it has no ``g``;
     it equals ``b22 − b11``). Eq. 15 is right for the point-mass arm. Uses ``m_i`` and ``l_i``
     only (the point-mass model).
+
+    Angle convention: the printed ``a_ij`` measure ``q1`` from the **horizontal** (as the paper's
+    eq. 7 does, with ``G ∝ cos q1``), so they are evaluated at the paper's angle
+    ``q1 − π/2``; ``q0`` is given in jaxid's convention (from the downward vertical), the same
+    as for ``corrected_point_mass_state_matrices``. With that, the disagreements are exactly:
+    ``a11`` and ``a21`` only where ``q20 ≠ 0``, ``a22`` everywhere; ``a12`` and all ``b_ij`` agree
+    (``tests/test_model.py::test_paper_eqs_14_15_against_autodiff``).
     """
     q0 = jnp.asarray(q0, dtype=float)
+    q0 = q0.at[0].add(-jnp.pi / 2)  # jaxid (from the downward vertical) -> paper (from the horizontal)
     m1, m2 = arm.masses[0], arm.masses[1]
     l1, l2 = arm.lengths[0], arm.lengths[1]
     g = arm.gravity
@@ -121,13 +129,7 @@ def paper_state_matrices(arm: TwoLinkArm, q0: ArrayLike = (0.0, 0.0)) -> tuple[A
     a12 = -g * m2 * (jnp.sin(q10 + 2 * q20) + s10) / (l1 * (2 * m1 + m2 - m2 * jnp.cos(2 * q20)))
     a21 = (
         g
-        * (
-            l2 * m2 * c20**2 * s10
-            - l2 * m2 * s10
-            - l2 * m1 * s10
-            + l1 * m1 * c10 * s20
-            + l2 * m2 * c10 * c20 * s20
-        )
+        * (l2 * m2 * c20**2 * s10 - l2 * m2 * s10 - l2 * m1 * s10 + l1 * m1 * c10 * s20 + l2 * m2 * c10 * c20 * s20)
         / (l1 * l2 * den)
     )
     a22 = (l1**2 * m1 + l1**2 * m2 + 2 * l1 * l2 * m2 * c20) / (l1**2 * l2**2 * m2 * den)

@@ -81,7 +81,8 @@ GRAVITY = 9.81
 def _suggest(name: str, allowed: Sequence[str]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, allowed, n=1)
+    folded = [a for a in allowed if a.lower() == name.lower()]
+    close = folded or difflib.get_close_matches(name, allowed, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
@@ -97,9 +98,7 @@ def validate_unknowns(unknowns: Sequence[str], allowed: Sequence[str] = PARAMETE
         raise ValueError(f"The set of unknowns is empty; choose some of {list(allowed)}.")
     for name in unknowns:
         if name not in allowed:
-            raise ValueError(
-                f"Unknown parameter name {name!r}; allowed are {list(allowed)}.{_suggest(name, allowed)}"
-            )
+            raise ValueError(f"Unknown parameter name {name!r}; allowed are {list(allowed)}.{_suggest(name, allowed)}")
     if len(set(unknowns)) != len(unknowns):
         raise ValueError(f"The unknowns {list(unknowns)} contain a duplicate; list each once.")
     return unknowns
@@ -189,7 +188,9 @@ class TwoLinkArm(eqx.Module):
         names = validate_unknowns(names)
         values = jnp.asarray(values)
         if values.shape[-1:] != (len(names),):
-            raise ValueError(f"values must have a trailing axis of length {len(names)} for {list(names)}, got {values.shape}.")
+            raise ValueError(
+                f"values must have a trailing axis of length {len(names)} for {list(names)}, got {values.shape}."
+            )
         arm = self
         for i, name in enumerate(names):
             field, index = _FIELDS[name]
@@ -213,7 +214,9 @@ class TwoLinkArm(eqx.Module):
                 )
             arm = eqx.tree_at(lambda a, name=name: getattr(a, name), arm, jnp.asarray(value, dtype=float))
         if params:
-            arm = arm.with_parameters(tuple(params), jnp.stack([jnp.asarray(v, dtype=float) for v in params.values()], -1))
+            arm = arm.with_parameters(
+                tuple(params), jnp.stack([jnp.asarray(v, dtype=float) for v in params.values()], -1)
+            )
         return arm
 
 
