@@ -117,7 +117,7 @@ def test_vmap_over_trials_equals_loop_and_jit(short):
 
     fast = jax.jit(jax.vmap(one))(batch)
     for i in range(3):
-        single = one(jax.tree.map(lambda x: x[i], batch))
+        single = one(jax.tree.map(lambda x, i=i: x[i], batch))
         np.testing.assert_allclose(fast.value[i], single.value, rtol=1e-10)
         np.testing.assert_allclose(fast.history[i], single.history, rtol=1e-8)
         np.testing.assert_allclose(fast.covariance[i], single.covariance, rtol=1e-6)

@@ -6,9 +6,16 @@ Both solve the same regression, one equation per joint and sample,
 
 with ``Y`` and ``tau_known`` from ``jaxid.model.regressor`` (exact for the parameters the
 dynamics are linear in: masses, inertias, friction) and ``q, q', q''`` from the noisy angles by
-the periodic zero-phase filter of ``jaxid.derivatives`` (stated by the options below; the filter
-uses the whole record, so the "recursive" estimator is recursive in the regression, not causal in
-the data, as in offline IDIM practice).
+the periodic zero-phase filter of ``jaxid.derivatives`` (the filter uses the whole record, so the
+"recursive" estimator is recursive in the regression, not causal in the data, as in offline IDIM
+practice). The filter is stated by the options ``derivative`` (default ``"fourier"``:
+differentiation in the frequency domain over the whole periods), ``keep`` (default
+``"detected"``: DC, the excited lines, and every other harmonic up to ``cutoff`` whose power is
+more than ``threshold = 10`` times the noise floor), ``cutoff`` (default ``4 ×`` the highest
+excited harmonic, at most ``N/4``; ``2 ×`` for ``"band"`` and ``"butterworth"``) and ``order``
+(Butterworth). ``"detected"`` was the best of the variants measured (notes/issue5.md): keeping a
+whole band puts high-frequency noise into ``q''``, and the noisy regressor biases the estimate
+towards zero (errors in variables).
 
 - ``rls``: recursive least squares with forgetting factor ``λ`` (``forgetting``) and initial
   covariance ``P0 = initial_covariance · I`` around ``initial_guess``, a ``lax.scan`` over
@@ -33,7 +40,7 @@ study passes ``noise_mean``). ``noise_std`` is not used (the equation errors are
 the residuals).
 
 Everything is ``jit``-compatible and ``vmap``-able over records; static options: ``unknowns``,
-``derivative``, ``keep``, ``cutoff``, ``weighting``, ``history_points``; traced: ``forgetting``,
+``derivative``, ``keep``, ``cutoff``, ``order``, ``threshold``, ``weighting``, ``history_points``; traced: ``forgetting``,
 ``initial_covariance``, ``initial_guess``, ``measurement_offset``.
 """
 
@@ -132,10 +139,10 @@ def _rls_update(theta, cov, accumulator, y, z, weights, forgetting):
 def recursive_least_squares(
     y: Float[Array, "M d p"],
     z: Float[Array, "M d"],
-    initial_guess: Float[Array, "p"],
+    initial_guess: Float[Array, " p"],
     initial_covariance: Float[Array, "p p"],
     *,
-    weights: Float[ArrayLike, "d"] = 1.0,
+    weights: Float[ArrayLike, " d"] = 1.0,
     forgetting: float | Array = 1.0,
 ) -> tuple[Array, Array, Array, Array]:
     """Run RLS over the rows of ``(y, z)`` with a ``lax.scan``.
@@ -219,6 +226,7 @@ def idim_ls(
     keep: str = "detected",
     cutoff: int | None = None,
     order: int = 4,
+    threshold: float = 10.0,
     weighting: str = "joint",
 ) -> Estimate:
     """IDIM-LS: batch (weighted) least squares of the inverse-dynamics regression.
@@ -269,6 +277,7 @@ def rls(
     keep: str = "detected",
     cutoff: int | None = None,
     order: int = 4,
+    threshold: float = 10.0,
     weighting: str = "joint",
     history_points: int = 200,
 ) -> Estimate:
