@@ -61,16 +61,23 @@ def plot_estimates(trials: pd.DataFrame, out: Path) -> list[Path]:
 
 def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx=True, logy=True, bias=False) -> Path:
     pars = list(dict.fromkeys(summary["parameter"]))
+    summary = summary.copy()
+    # Settings that also differ in another swept quantity get their own curves.
+    others = [c for c in ("lines", "scale", "noise_level", "measured_periods", "model") if c != x and c in summary and summary[c].nunique() > 1]
+    summary["curve"] = summary["estimator"]
+    for c in others:
+        summary["curve"] = summary["curve"] + f" {c}=" + summary[c].astype(str)
     fig, axes = plt.subplots(1, len(pars), figsize=(3.6 * len(pars), 3.2), squeeze=False)
     for ax, par in zip(axes[0], pars, strict=True):
         g = summary[summary["parameter"] == par].sort_values(x)
-        for est, ge in g.groupby("estimator", sort=False):
+        for est, ge in g.groupby("curve", sort=False):
             line = ax.plot(ge[x], ge["rmse"], marker="o", label=f"{est} RMSE")[0]
             if bias:
                 ax.plot(ge[x], ge["bias"].abs(), marker="x", ls=":", color=line.get_color(), label=f"{est} |bias|")
-        crlb = g.groupby(x)["sqrt_crlb"].first()
-        if crlb.notna().any():
-            ax.plot(crlb.index, crlb.values, "k--", lw=1.5, label="√CRLB")
+        for i, (_, gc) in enumerate(g.groupby([c for c in others] or (lambda _: 0), sort=False)):
+            crlb = gc.groupby(x)["sqrt_crlb"].first()
+            if crlb.notna().any():
+                ax.plot(crlb.index, crlb.values, "k--", lw=1.5, alpha=1.0 / (1 + i), label="√CRLB (linear model)" if i == 0 else None)
         ax.set_title(par)
         ax.set_xlabel(x)
         if logx and (g[x] > 0).all():
