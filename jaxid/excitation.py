@@ -41,7 +41,9 @@ PAPER_FUNDAMENTAL: float = 2 * math.pi * 0.01
 
 def _check_harmonics(harmonics: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if len(harmonics) != 2:
-        raise ValueError(f"harmonics must list the lines of both joints, [[k_1i...], [k_2i...]]; got {len(harmonics)} rows.")
+        raise ValueError(
+            f"harmonics must list the lines of both joints, [[k_1i...], [k_2i...]]; got {len(harmonics)} rows."
+        )
     out = []
     for j, row in enumerate(harmonics):
         row_t = []
@@ -160,18 +162,25 @@ class Multisine(eqx.Module):
         return out
 
 
-def schroeder_phases(amplitudes: ArrayLike) -> Array:
+def schroeder_phases(amplitudes: ArrayLike, harmonics: Sequence[int] | None = None) -> Array:
     """Schroeder's low-crest-factor phases for one joint's line amplitudes.
 
-    ``φ_k = −2π Σ_{l<k} (k − l) p_l`` with power fractions ``p_l = d_l² / Σ d²`` (Schroeder 1970),
-    for lines listed in increasing frequency.
+    ``φ_i = −2π Σ_{l<i} (k_i − k_l) p_l`` with power fractions ``p_l = d_l² / Σ d²`` and the
+    lines' harmonic indices ``k`` in increasing order (Schroeder 1970). ``harmonics=None`` means
+    consecutive lines ``k = 1, 2, …``; give the actual indices for sparse lines such as Table 2's
+    (with consecutive positions instead, the crest factor of Table 2 barely improves).
     """
     d = jnp.asarray(amplitudes, dtype=float)
     p = d**2 / jnp.sum(d**2)
     n = d.shape[-1]
-    k = jnp.arange(n)
-    weights = jnp.where(k[:, None] > k[None, :], (k[:, None] - k[None, :]).astype(float), 0.0)
-    return jnp.mod(-2 * jnp.pi * weights @ p, 2 * jnp.pi)
+    if harmonics is None:
+        k = np.arange(1, n + 1, dtype=float)
+    else:
+        k = np.asarray(harmonics, dtype=float)
+        if k.shape != (n,) or np.any(np.diff(k) <= 0):
+            raise ValueError(f"harmonics must be {n} increasing indices matching the amplitudes, got {list(k)}.")
+    weights = np.where(k[:, None] > k[None, :], k[:, None] - k[None, :], 0.0)
+    return jnp.mod(-2 * jnp.pi * jnp.asarray(weights) @ p, 2 * jnp.pi)
 
 
 def table2(
@@ -203,7 +212,7 @@ def table2(
     if phases == "zero":
         ph = jnp.zeros_like(amplitudes)
     elif phases == "schroeder":
-        ph = jnp.stack([schroeder_phases(amplitudes[0]), schroeder_phases(amplitudes[1])])
+        ph = jnp.stack([schroeder_phases(amplitudes[j], harmonics[j]) for j in range(2)])
         if lines == "same":
             ph = ph.at[1].set(ph[0])
     elif phases == "random":
