@@ -78,6 +78,10 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
             crlb = gc.groupby(x)["sqrt_crlb"].first()
             if crlb.notna().any():
                 ax.plot(crlb.index, crlb.values, "k--", lw=1.5, alpha=1.0 / (1 + i), label="√CRLB (linear model)" if i == 0 else None)
+            if "sqrt_crlb_nonlinear" in gc:
+                nl = gc.groupby(x)["sqrt_crlb_nonlinear"].first()
+                if nl.notna().any():
+                    ax.plot(nl.index, nl.values, "k:", lw=1.5, alpha=1.0 / (1 + i), label="√CRLB (nonlinear arm)" if i == 0 else None)
         ax.set_title(par)
         ax.set_xlabel(x)
         if logx and (g[x] > 0).all():

@@ -519,6 +519,24 @@ def _write_setting_extras(exp: Experiment, plan: _SettingPlan, out: Path) -> Non
         extras["crlb"] = {u: float(np.sqrt(cov[i, i])) for i, u in enumerate(unknowns)}
     except Exception as err:  # reported, never silently dropped
         extras["crlb_error"] = f"{type(err).__name__}: {err}"
+    if s["simulator"] == "nonlinear" and not resolve_unknowns(unknowns)[1]:
+        try:
+            from .estimators.nonlinear import nonlinear_crlb
+
+            cov = np.asarray(
+                nonlinear_crlb(
+                    plan.nominal,
+                    plan.excitation,
+                    unknowns,
+                    plan.sigma,
+                    q0=s["q0"],
+                    sample_step=s["sample_step"],
+                    measured_periods=s["measured_periods"],
+                )
+            )
+            extras["crlb_nonlinear"] = {u: float(np.sqrt(cov[i, i])) for i, u in enumerate(unknowns)}
+        except Exception as err:
+            extras["crlb_nonlinear_error"] = f"{type(err).__name__}: {err}"
     extras["coefficients"] = _coefficients_table(exp, plan)
     extras["noise_mean"] = noise_mean(s["noise"], s["noise_level"])
     _atomic_write_text(json.dumps(extras, indent=1, default=float), path)
