@@ -16,7 +16,6 @@ import math
 from typing import Literal
 
 import jax
-import jax.numpy as jnp
 from jaxtyping import Array
 
 from .simulation import Record
@@ -59,11 +58,11 @@ def add_noise(record: Record, *, key: Array, kind: NoiseKind = "uniform", level:
     return record.replace(q=record.q + noise)
 
 
-def noise_draws(record: Record, *, key: Array, draws: int, kind: NoiseKind = "uniform", level: float | Array = 0.1) -> Record:
+def noise_draws(
+    record: Record, *, key: Array, draws: int, kind: NoiseKind = "uniform", level: float | Array = 0.1
+) -> Record:
     """``draws`` noisy copies of one record, stacked on a new leading axis (keys split from ``key``)."""
     if not (isinstance(draws, int) and draws >= 1):
         raise ValueError(f"draws must be a positive integer, got {draws!r}.")
     keys = jax.random.split(key, draws)
     return jax.vmap(lambda k: add_noise(record, key=k, kind=kind, level=level))(keys)
-
-

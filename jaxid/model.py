@@ -268,7 +268,7 @@ def _mass_entries(arm: TwoLinkArm, c2: Array) -> tuple[Array, Array, Array]:
 def mass_matrix(arm: TwoLinkArm, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b 2 2"]:
     """Inertia matrix ``D(q)`` [kg m²], shape ``(..., 2, 2)``."""
     q = jnp.asarray(q)
-    d11, d12, d22 = _mass_entries(arm, jnp.cos(q[..., 1]))
+    d11, d12, d22 = jnp.broadcast_arrays(*_mass_entries(arm, jnp.cos(q[..., 1])))
     return jnp.stack([jnp.stack([d11, d12], -1), jnp.stack([d12, d22], -1)], -2)
 
 

@@ -557,10 +557,11 @@ def _simulate(
     change = jnp.max(jnp.abs(jnp.diff(boundaries, axis=0)))
     finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(boundaries))
     runaway = jnp.any(jnp.abs(boundaries) > _RUNAWAY) | jnp.any(jnp.abs(q) > _RUNAWAY)
+    # A solver that gave up leaves non-finite samples behind: report why, not the symptom.
     status = jnp.where(
-        ~finite | runaway,
-        DIVERGED,
-        jnp.where(max_steps_hit, MAX_STEPS, jnp.where(change > steady_tolerance, NOT_STEADY, SUCCESS)),
+        max_steps_hit,
+        MAX_STEPS,
+        jnp.where(~finite | runaway, DIVERGED, jnp.where(change > steady_tolerance, NOT_STEADY, SUCCESS)),
     )
     return Record(t_meas, tau, q, status.astype(jnp.int32), change, sample_step, period, measured_periods)
 
