@@ -49,17 +49,23 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
-from ..model import PARAMETER_NAMES, TwoLinkArm, gravity_torque, validate_unknowns
+from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, gravity_torque, regressor, validate_unknowns
 from ..simulation import Record, steps_per_period
 from ..steady_state import (
-    linear_initial_state,
+    period_map,
     period_sensitivities,
     periodic_steady_state,
     torque_table,
 )
 from .base import CONVERGED, ESTIMATORS, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
 
-__all__ = ["nonlinear_output_error", "nonlinear_crlb", "nonlinear_fisher"]
+__all__ = [
+    "nonlinear_output_error",
+    "nonlinear_crlb",
+    "nonlinear_fisher",
+    "inverse_dynamics_start",
+    "filtered_derivatives",
+]
 
 _LAMBDA_MIN, _LAMBDA_MAX = 1e-12, 1e10
 _SINGULAR_CONDITION = 1e13
@@ -81,13 +87,61 @@ def _check(record: Record, excitation: Multisine, unknowns) -> tuple[tuple[str, 
     return unknowns, n
 
 
-def _initial_value(record, excitation, nominal, unknowns, q0, noise_std, initial, initial_estimator):
+def filtered_derivatives(
+    data: Float[Array, "N 2"], period: float, cutoff: int, threshold: float = 30.0
+) -> tuple[Float[Array, "N 2"], Float[Array, "N 2"], Float[Array, "N 2"]]:
+    """Zero-mean ``q, q', q''`` of one period of angles from its significant Fourier lines.
+
+    Keeps the harmonics ``1 ≤ k ≤ cutoff`` whose power exceeds ``threshold`` times the noise floor
+    (median power over the top half of the band) in either joint. Zero-phase and exact for a
+    noise-free periodic signal inside the band; the mean (DC) is dropped.
+    """
+    n = data.shape[0]
+    spec = jnp.fft.rfft(data, axis=0)
+    k = jnp.arange(spec.shape[0])
+    power = jnp.abs(spec) ** 2
+    floor = jnp.median(power[n // 4 :], axis=0)
+    keep = (k >= 1) & (k <= cutoff) & jnp.any(power > threshold * floor, axis=1)
+    spec = jnp.where(keep[:, None], spec, 0.0)
+    w = (2 * jnp.pi / period) * k[:, None]
+    q = jnp.fft.irfft(spec, n=n, axis=0)
+    qd = jnp.fft.irfft(1j * w * spec, n=n, axis=0)
+    qdd = jnp.fft.irfft(-(w**2) * spec, n=n, axis=0)
+    return q, qd, qdd
+
+
+def inverse_dynamics_start(
+    data: Float[Array, "N 2"],
+    torque: Float[Array, "N 2"],
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    period: float,
+    cutoff: int,
+    threshold: float = 30.0,
+    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
+) -> Float[Array, " p"]:
+    """Least-squares fit of the **nonlinear** inverse dynamics ``tau = Y(q, q', q'') θ + tau_known``.
+
+    ``data`` and ``torque`` are one (averaged) period of angles [rad] and torques [N m];
+    ``q − q0, q', q''`` come from ``filtered_derivatives``. The DC equations are dropped: an
+    unknown angle offset (a sensor bias, the mean of the paper's ``0.1*rand()``) shifts the mean
+    gravity torque, to first order a constant. No linearisation bias, but errors in variables at
+    low SNR: used only as a starting point. ``unknowns`` must be parameters the dynamics are
+    linear in (``m1, m2, J1, J2, fv1, fv2``).
+    """
+    q, qd, qdd = filtered_derivatives(data, period, cutoff, threshold)
+    y, tau_known = regressor(nominal, jnp.asarray(q0, dtype=float) + q, qd, qdd, unknowns)
+    y = y - jnp.mean(y, axis=0)
+    b = torque - tau_known
+    b = b - jnp.mean(b, axis=0)
+    return jnp.linalg.lstsq(y.reshape(-1, y.shape[-1]), b.reshape(-1))[0]
+
+
+def _start_candidates(
+    record, excitation, nominal, unknowns, q0, noise_std, data, torque_mean, initial_estimator, cutoff
+):
     fallback = nominal.parameter_vector(unknowns)
-    if initial is not None:
-        value = jnp.asarray(initial, dtype=float)
-        if value.shape != (len(unknowns),):
-            raise ValueError(f"initial must have shape ({len(unknowns)},) for {list(unknowns)}, got {value.shape}.")
-        return value
+    candidates = []
     names = [initial_estimator] if initial_estimator else []
     if initial_estimator == "ml":
         names.append("equation_error")
@@ -95,8 +149,15 @@ def _initial_value(record, excitation, nominal, unknowns, q0, noise_std, initial
         if name in ESTIMATORS:
             est = ESTIMATORS[name](record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std)
             ok = (est.status == CONVERGED) & jnp.all(jnp.isfinite(est.value)) & jnp.all(est.value > 0)
-            return jnp.where(ok, est.value, fallback)
-    return fallback
+            candidates.append(jnp.where(ok, est.value, fallback))
+            break
+    if all(u in LINEAR_PARAMETERS for u in unknowns):
+        theta = inverse_dynamics_start(data, torque_mean, nominal, unknowns, excitation.period, cutoff, q0=q0)
+        ok = jnp.all(jnp.isfinite(theta)) & jnp.all(theta > 0)
+        candidates.append(jnp.where(ok, theta, fallback))
+    if not candidates:
+        candidates.append(fallback)
+    return candidates
 
 
 def _normal_equations(sens, data, fit_offset):
@@ -133,6 +194,7 @@ def nonlinear_output_error(
     rtol: float = 1e-10,
     state_tolerance: float = 1e-9,
     damping: float = 1e-4,
+    derivative_cutoff: int | None = None,
 ) -> Estimate:
     """Fit the nonlinear arm's periodic steady state to the record (see the module docstring).
 
@@ -151,8 +213,11 @@ def nonlinear_output_error(
         rtol: convergence threshold on the relative Gauss-Newton step.
         state_tolerance: periodicity defect ``max |Φ(x0) − x0|`` required at convergence.
         damping: initial Levenberg-Marquardt ``λ`` (relative to ``diag(JᵀJ)``).
+        derivative_cutoff: harmonic up to which ``q', q''`` are formed for the inverse-dynamics
+            start (default ``3 ·`` the highest excited harmonic).
 
-    Returns an ``Estimate`` (``history`` is ``None``). Raises ``ValueError`` for a record that is
+    Returns an ``Estimate``; ``history`` is the ``(max_iterations, p)`` accepted iterate after each
+    period integration (the final value repeated after convergence). Raises ``ValueError`` for a record that is
     not whole periods of this excitation or an unknown that is not a physical parameter.
     """
     unknowns, n_per = _check(record, excitation, unknowns)
@@ -161,10 +226,45 @@ def nonlinear_output_error(
     data = jnp.mean(record.q.reshape(periods, n_per, 2), axis=0)
     offset = jnp.mean(record.tau, axis=0)  # the multisine has no DC line: this is tau0
     torque = torque_table(excitation, offset, sample_step=record.sample_step, substeps=substeps)
-    theta0 = _initial_value(record, excitation, nominal, unknowns, q0, noise_std, initial, initial_estimator)
-    x0 = linear_initial_state(nominal.with_parameters(unknowns, theta0), excitation, q0)
+    torque_mean = jnp.mean(record.tau.reshape(periods, n_per, 2), axis=0)
+    cutoff = min(3 * excitation.max_harmonic, n_per // 2 - 1) if derivative_cutoff is None else derivative_cutoff
+    if initial is not None:
+        theta0 = jnp.asarray(initial, dtype=float)
+        if theta0.shape != (p,):
+            raise ValueError(f"initial must have shape ({p},) for {list(unknowns)}, got {theta0.shape}.")
+        candidates = [theta0]
+    else:
+        candidates = _start_candidates(
+            record, excitation, nominal, unknowns, q0, noise_std, data, torque_mean, initial_estimator, cutoff
+        )
+    # The orbit's starting state is the measured one (filtered), so that the fit follows the
+    # periodic orbit the data are on even where the arm has several.
+    q_ac, qd, _ = filtered_derivatives(data, excitation.period, cutoff)
+    x_data = jnp.concatenate([jnp.mean(data, axis=0) + q_ac[0], qd[0]])
+
+    def relax(theta, x):
+        arm = nominal.with_parameters(unknowns, theta)
+        return period_map(arm, torque, x, samples_per_period=n_per, substeps=substeps)[0]
+
+    def start_cost(theta, x):
+        q = period_map(
+            nominal.with_parameters(unknowns, theta), torque, x, samples_per_period=n_per, substeps=substeps
+        )[1]
+        r = data - q
+        if fit_offset:
+            r = r - jnp.mean(r, axis=0)
+        cost = jnp.sum(r**2)
+        return jnp.where(jnp.isfinite(cost), cost, jnp.inf)
+
+    states = [relax(c, x_data) for c in candidates]
+    if len(candidates) == 1:
+        theta0, x0 = candidates[0], states[0]
+    else:
+        best = jnp.argmin(jnp.stack([start_cost(c, x) for c, x in zip(candidates, states, strict=True)]))
+        theta0, x0 = jnp.stack(candidates)[best], jnp.stack(states)[best]
 
     def evaluate(theta, x):
+        x = relax(theta, x)  # one primal period first: the first-order x0 update is then tiny
         sens = period_sensitivities(nominal, unknowns, theta, x, torque, samples_per_period=n_per, substeps=substeps)
         cost, a, g = _normal_equations(sens, data, fit_offset)
         finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(g))
@@ -202,6 +302,7 @@ def nonlinear_output_error(
         new["converged"] = jnp.isfinite(new["cost"]) & small & (new["defect"] <= state_tolerance)
         new["failed"] = ~jnp.isfinite(new["cost"]) | (new["lam"] >= _LAMBDA_MAX)
         new["theta_c"], new["x_c"] = propose(new)
+        new["history"] = state["history"].at[state["iterations"]].set(new["theta"])
         new["iterations"] = state["iterations"] + 1
         return new
 
@@ -222,6 +323,7 @@ def nonlinear_output_error(
         converged=jnp.asarray(False),
         failed=jnp.asarray(False),
         iterations=jnp.asarray(0),
+        history=jnp.full((max_iterations, p), jnp.nan),
     )
     state = jax.lax.while_loop(cond, body, state)
 
@@ -238,7 +340,8 @@ def nonlinear_output_error(
         jnp.where(singular, SINGULAR, CONVERGED),
         jnp.where(state["failed"], FAILED, MAX_ITERATIONS),
     )
-    return Estimate(state["theta"], covariance, status.astype(jnp.int32), unknowns)
+    history = jnp.where(jnp.isnan(state["history"]), state["theta"], state["history"])
+    return Estimate(state["theta"], covariance, status.astype(jnp.int32), unknowns, history)
 
 
 def nonlinear_fisher(

@@ -1,0 +1,272 @@
+"""Excitation design: the multisine scale (and joint balance) that minimises the predicted RMSE.
+
+For an arm, a noise level and a record length (``measured_periods`` periods of ``T/Δ`` samples)
+the predicted mean squared error of an estimator at excitation scale ``s`` is
+
+    MSE_i(s) = bias_i(s)² + CRLB_ii(s)
+
+- **linear-model estimators** (``"equation_error"``, ``"ml"``, …): ``bias(s)`` is the
+  *linearisation bias*, measured by running the estimator on the **noise-free** nonlinear steady
+  state at scale ``s`` (it grows with ``s``); the variance is the linearised arm's Cramér–Rao bound
+  ``jaxid.crlb.linear_crlb`` (it falls as ``1/s²``). The noise-induced (errors-in-variables) bias
+  of equation error at low SNR is not included.
+- **nonlinear output error** (``"nonlinear_oe"``): the nonlinear model has no linearisation bias;
+  its "bias" column is the error of the estimator on the noise-free record started from the ML
+  estimate, i.e. zero whenever the fit converges to the truth (and it exposes a scale where it
+  does not). The variance is the nonlinear bound ``nonlinear_crlb``.
+
+A scale is marked **infeasible** (objective ``inf``) when the simulated arm does not settle on the
+periodic orbit the shooting solver finds (the simulation is not steady, diverged, or the two
+differ by more than ``orbit_tolerance``: multiple or unstable periodic orbits, link 2 going over
+the top), or when an estimator fails on the noise-free data.
+
+The scalar objective is the relative RMSE over ``target`` parameters,
+``sqrt(mean_i (RMSE_i / θ_i)²)``. ``predict_rmse`` is the pure, batched computation (one
+compiled ``vmap`` over the candidate excitations); ``design_scale`` grids (and optionally refines)
+the scale and, if asked, the ratio of joint 2's to joint 1's amplitudes, and returns pandas tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from .crlb import linear_crlb
+from .estimators.base import CONVERGED, ESTIMATORS, get_estimator
+from .estimators.nonlinear import nonlinear_crlb, nonlinear_output_error
+from .excitation import Multisine
+from .model import TwoLinkArm, validate_unknowns
+from .simulation import SUCCESS, simulate, transient_periods
+from .steady_state import periodic_steady_state
+
+__all__ = ["RmsePrediction", "predict_rmse", "design_scale", "NONLINEAR"]
+
+NONLINEAR = "nonlinear_oe"
+
+
+class RmsePrediction(eqx.Module):
+    """Predicted errors for ``B`` candidate excitations and ``E`` estimators.
+
+    Attributes:
+        bias: ``(B, E, p)`` noise-free error of each estimator (linearisation bias) [SI units].
+        crlb_std: ``(B, E, p)`` square root of the Cramér–Rao bound's diagonal (linear bound for
+            linear-model estimators, nonlinear bound for ``nonlinear_oe``).
+        rmse: ``(B, E, p)`` ``sqrt(bias² + crlb_std²)``; ``inf`` where infeasible.
+        feasible: ``(B, E)`` the steady state is the shooting orbit and the estimator converged.
+        orbit_error: ``(B,)`` max |simulated − shooting| steady-state angle [rad].
+        names: static estimator names.
+    """
+
+    bias: Float[Array, "B E p"]
+    crlb_std: Float[Array, "B E p"]
+    rmse: Float[Array, "B E p"]
+    feasible: Array
+    orbit_error: Float[Array, " B"]
+    names: tuple[str, ...] = eqx.field(static=True)
+
+
+def _with_gains(excitation: Multisine, scale: Array, gains: Array) -> Multisine:
+    return excitation.replace(scale=scale, amplitudes=excitation.amplitudes * gains[:, None])
+
+
+def predict_rmse(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    scales: Float[ArrayLike, " B"],
+    *,
+    unknowns: Sequence[str] = ("m1", "m2", "fv1", "fv2"),
+    noise_std: float,
+    measured_periods: int = 1,
+    sample_step: float = 0.01,
+    estimators: Sequence[str] = ("equation_error", "ml", NONLINEAR),
+    joint_gains: Float[ArrayLike, "B 2"] | None = None,
+    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
+    discard_periods: int | None = None,
+    orbit_tolerance: float = 1e-6,
+) -> RmsePrediction:
+    """Predict bias, CRLB and RMSE of ``estimators`` for each candidate excitation.
+
+    Candidate ``b`` is ``excitation`` with scale ``scales[b]`` and joint amplitudes multiplied by
+    ``joint_gains[b]`` (default ``(1, 1)``). One compiled ``vmap`` over the candidates (memory:
+    one simulated record of ``T/Δ`` samples and one period of tangents per candidate).
+    ``discard_periods`` defaults to ``transient_periods`` of the linearisation (add more if the
+    nonlinear transient is slower; infeasible candidates are flagged, not hidden).
+    Raises ``ValueError`` for an unknown estimator name.
+    """
+    unknowns = validate_unknowns(unknowns)
+    estimators = tuple(estimators)
+    for name in estimators:
+        if name != NONLINEAR:
+            get_estimator(name)  # raises with the available names
+    scales = jnp.atleast_1d(jnp.asarray(scales, dtype=float))
+    gains = jnp.ones((scales.shape[0], 2)) if joint_gains is None else jnp.asarray(joint_gains, dtype=float)
+    if gains.shape != (scales.shape[0], 2):
+        raise ValueError(f"joint_gains must have shape ({scales.shape[0]}, 2), got {gains.shape}.")
+    if discard_periods is None:
+        discard_periods = transient_periods(arm, excitation, q0)
+    truth = arm.parameter_vector(unknowns)
+    q0 = jnp.asarray(q0, dtype=float)
+
+    def one(scale, gain):
+        ex = _with_gains(excitation, scale, gain)
+        rec = simulate(arm, ex, q0=q0, sample_step=sample_step, discard_periods=discard_periods)
+        orbit = periodic_steady_state(arm, ex, q0=q0, sample_step=sample_step)
+        orbit_error = jnp.max(jnp.abs(orbit.q - rec.q))
+        steady = (rec.status == SUCCESS) & orbit.converged & (orbit_error <= orbit_tolerance)
+        lin_std = jnp.sqrt(
+            jnp.diag(
+                linear_crlb(
+                    arm, ex, unknowns, noise_std=noise_std, sample_step=sample_step, periods=measured_periods, q0=q0
+                )
+            )
+        )
+        nl_std = jnp.sqrt(
+            jnp.diag(
+                nonlinear_crlb(
+                    arm, ex, unknowns, noise_std, q0=q0, sample_step=sample_step, measured_periods=measured_periods
+                )
+            )
+        )
+        bias, std, ok = [], [], []
+        for name in estimators:
+            if name == NONLINEAR:
+                est = nonlinear_output_error(rec, ex, arm, unknowns=unknowns, q0=q0, noise_std=noise_std)
+                std.append(nl_std)
+            else:
+                est = ESTIMATORS[name](rec, ex, arm, unknowns=unknowns, q0=q0, noise_std=noise_std)
+                std.append(lin_std)
+            bias.append(est.value - truth)
+            ok.append(steady & (est.status == CONVERGED) & jnp.all(jnp.isfinite(est.value)))
+        bias, std, ok = jnp.stack(bias), jnp.stack(std), jnp.stack(ok)
+        rmse = jnp.where(ok[:, None], jnp.sqrt(bias**2 + std**2), jnp.inf)
+        return bias, std, rmse, ok, orbit_error
+
+    bias, std, rmse, ok, orbit_error = jax.jit(jax.vmap(one))(scales, gains)
+    return RmsePrediction(bias, std, rmse, ok, orbit_error, estimators)
+
+
+def _objective(rmse: np.ndarray, truth: np.ndarray, target_index: list[int]) -> np.ndarray:
+    rel = rmse[..., target_index] / np.abs(truth[target_index])
+    return np.sqrt(np.mean(rel**2, axis=-1))
+
+
+def design_scale(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    *,
+    noise_std: float,
+    measured_periods: int = 1,
+    unknowns: Sequence[str] = ("m1", "m2", "fv1", "fv2"),
+    target: Sequence[str] | None = ("m1", "m2"),
+    scales: Float[ArrayLike, " S"] | None = None,
+    joint2_ratios: Float[ArrayLike, " R"] | None = None,
+    refine: int = 0,
+    estimators: Sequence[str] = ("equation_error", "ml", NONLINEAR),
+    sample_step: float = 0.01,
+    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
+    discard_periods: int | None = None,
+) -> dict:
+    """Grid search for the excitation scale minimising each estimator's predicted relative RMSE.
+
+    Args:
+        arm: the (true or nominal) arm the design is for.
+        excitation: the multisine whose shape is kept; its scale is searched.
+        noise_std: angle noise standard deviation [rad] (the bound assumes Gaussian noise).
+        measured_periods: record length in periods.
+        unknowns: estimated parameters; ``target``: those the objective averages (default the
+            masses; ``None``: all unknowns).
+        scales: candidate scales (default ``geomspace(0.05, 2.5, 17)``).
+        joint2_ratios: optional candidate ratios of joint 2's to joint 1's amplitudes (joint 1
+            keeps the excitation's); the grid is their product with ``scales``.
+        refine: if ``> 0``, that many extra scales between the neighbours of each estimator's
+            best grid point (same ratio) are evaluated and included.
+        estimators, sample_step, q0, discard_periods: as ``predict_rmse``.
+
+    Returns:
+        ``{"table": DataFrame, "best": DataFrame}``: ``table`` has one row per (scale, ratio,
+        estimator, parameter) with ``bias``, ``crlb_std``, ``rmse``, ``relative_rmse``,
+        ``objective`` and ``feasible``; ``best`` one row per estimator with the minimising
+        ``scale``, ``joint2_ratio``, ``objective`` and the target parameters' ``rmse``.
+    """
+    import pandas as pd
+
+    unknowns = validate_unknowns(unknowns)
+    target = unknowns if target is None else validate_unknowns(target)
+    missing = [t for t in target if t not in unknowns]
+    if missing:
+        raise ValueError(f"target {missing} is not among the unknowns {list(unknowns)}.")
+    target_index = [unknowns.index(t) for t in target]
+    truth = np.asarray(arm.parameter_vector(unknowns))
+    scales = np.geomspace(0.05, 2.5, 17) if scales is None else np.atleast_1d(np.asarray(scales, dtype=float))
+    ratios = np.ones(1) if joint2_ratios is None else np.atleast_1d(np.asarray(joint2_ratios, dtype=float))
+    if np.any(scales <= 0) or np.any(ratios <= 0):
+        raise ValueError("scales and joint2_ratios must be positive.")
+    if discard_periods is None:
+        discard_periods = transient_periods(arm, excitation, q0)
+    common = dict(
+        unknowns=unknowns,
+        noise_std=noise_std,
+        measured_periods=measured_periods,
+        sample_step=sample_step,
+        estimators=estimators,
+        q0=q0,
+        discard_periods=discard_periods,
+    )
+
+    def evaluate(s, r):
+        pred = predict_rmse(arm, excitation, s, joint_gains=np.stack([np.ones_like(r), r], -1), **common)
+        return {k: np.asarray(getattr(pred, k)) for k in ("bias", "crlb_std", "rmse", "feasible")}, pred.names
+
+    grid_s, grid_r = (a.ravel() for a in np.meshgrid(scales, ratios, indexing="ij"))
+    res, names = evaluate(grid_s, grid_r)
+    if refine > 0:
+        obj = _objective(res["rmse"], truth, target_index)  # (B, E)
+        extra_s, extra_r = [], []
+        for e in range(len(names)):
+            b = int(np.argmin(obj[:, e]))
+            i = int(np.searchsorted(scales, grid_s[b]))
+            lo, hi = scales[max(i - 1, 0)], scales[min(i + 1, len(scales) - 1)]
+            fine = np.geomspace(lo, hi, refine + 2)[1:-1]
+            extra_s.append(fine)
+            extra_r.append(np.full_like(fine, grid_r[b]))
+        more, _ = evaluate(np.concatenate(extra_s), np.concatenate(extra_r))
+        grid_s = np.concatenate([grid_s, *extra_s])
+        grid_r = np.concatenate([grid_r, *extra_r])
+        res = {k: np.concatenate([res[k], more[k]]) for k in res}
+    obj = _objective(res["rmse"], truth, target_index)
+
+    rows = []
+    for b in range(len(grid_s)):
+        for e, name in enumerate(names):
+            for i, u in enumerate(unknowns):
+                rows.append(
+                    dict(
+                        scale=grid_s[b],
+                        joint2_ratio=grid_r[b],
+                        estimator=name,
+                        parameter=u,
+                        truth=truth[i],
+                        bias=res["bias"][b, e, i],
+                        crlb_std=res["crlb_std"][b, e, i],
+                        rmse=res["rmse"][b, e, i],
+                        relative_rmse=res["rmse"][b, e, i] / abs(truth[i]),
+                        objective=obj[b, e],
+                        feasible=bool(res["feasible"][b, e]),
+                    )
+                )
+    table = pd.DataFrame(rows).sort_values(["estimator", "joint2_ratio", "scale", "parameter"], ignore_index=True)
+    best = []
+    for e, name in enumerate(names):
+        b = int(np.argmin(obj[:, e]))
+        row = dict(estimator=name, scale=grid_s[b], joint2_ratio=grid_r[b], objective=obj[b, e])
+        for i in target_index:
+            row[f"rmse_{unknowns[i]}"] = res["rmse"][b, e, i]
+            row[f"bias_{unknowns[i]}"] = res["bias"][b, e, i]
+            row[f"crlb_std_{unknowns[i]}"] = res["crlb_std"][b, e, i]
+        best.append(row)
+    return {"table": table, "best": pd.DataFrame(best)}
