@@ -640,9 +640,14 @@ def simulate_batch(
     initial_states: ArrayLike | None = None,
     discard_periods: int | None = None,
     shard: bool = True,
+    chunk_size: int = 128,
     **options,
 ) -> Record:
     """Simulate a batch in one compiled call, sharded over all local devices.
+
+    Each device runs its share of the trials ``chunk_size`` at a time (``lax.map`` over
+    ``vmap``-ed chunks): on CPU a chunk of ~128 trials keeps the loop's working set in cache and
+    is ~2x faster per trial than one 1024-wide ``vmap``; results do not depend on the chunk size.
 
     Args:
         arms: an arm with a leading batch axis ``B`` on every field (e.g.
@@ -653,7 +658,10 @@ def simulate_batch(
         q0: operating point shared by the batch.
         initial_states: ``(B, 4)`` or ``None`` (rest at ``q0``).
         discard_periods: ``None`` derives it from the slowest decay over the batch.
-        shard: split the batch over ``jax.devices()`` (pad to a multiple of the device count).
+        shard: split the batch over ``jax.devices()`` (pad to a multiple of the device count) with
+            ``shard_map``. On CPU, expose the cores as devices before importing jax:
+            ``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>``.
+        chunk_size: trials integrated together on one device (static; memory and speed only).
         options: the static options of ``simulate`` (``model``, ``solver``, ``sample_step``,
             ``substeps``, ``measured_periods``, ``rtol``, ``atol``, ``max_steps``,
             ``steady_tolerance``).
@@ -690,15 +698,15 @@ def simulate_batch(
     )
     if discard_periods is None:
         discard_periods = transient_periods(arms, excitation, q0)
-    run = _batched_runner(n_per=n_per, discard_periods=discard_periods, **opts)
+    if not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}.")
     ndev = len(jax.devices()) if shard else 1
     pad = (-batch) % ndev
+    chunk = min(chunk_size, (batch + pad) // ndev)
+    run = _batched_runner(n_per=n_per, discard_periods=discard_periods, ndev=ndev, chunk=chunk, **opts)
     trials = (arms, scales, initial_states)
     if pad:
         trials = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), trials)
-    if ndev > 1:
-        mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("trials",))
-        trials = jax.device_put(trials, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
     rec = run(*trials, excitation, q0)
     if pad:
         rec = jax.tree.map(lambda x: x[:batch], rec)
@@ -726,17 +734,27 @@ def _resolve_options(options: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _batched_runner_cached(options_items):
+def _batched_runner_cached(options_items, ndev, chunk):
     options = dict(options_items)
 
     def one(arm, scale, y0, excitation, q0):
         return _simulate(arm, excitation.replace(scale=scale), q0, y0, **options)
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None)))
+    def local(arms, scales, initial_states, excitation, q0):
+        # This device's trials, ``chunk`` at a time.
+        return jax.lax.map(lambda trial: one(*trial, excitation, q0), (arms, scales, initial_states), batch_size=chunk)
+
+    if ndev > 1:
+        mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:ndev]), ("trials",))
+        spec, shared = jax.sharding.PartitionSpec("trials"), jax.sharding.PartitionSpec()
+        local = jax.shard_map(
+            local, mesh=mesh, in_specs=(spec, spec, spec, shared, shared), out_specs=spec, check_vma=False
+        )
+    return jax.jit(local)
 
 
-def _batched_runner(**options):
-    return _batched_runner_cached(tuple(sorted(options.items())))
+def _batched_runner(ndev: int = 1, chunk: int = 128, **options):
+    return _batched_runner_cached(tuple(sorted(options.items())), ndev, chunk)
 
 
 # -- exact linear steady state ------------------------------------------------------------------
