@@ -51,6 +51,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "measured_periods": 1,
     "noise": "uniform",  # uniform (paper: level*rand()) | gaussian (std = level)
     "noise_level": 0.1,
+    "noise_mean_known": True,  # pass the noise mean as measurement_offset to estimators that take it
     "estimators": ["paper", "equation_error", "ml"],
     "estimator_options": {},  # {estimator_name = {option = value}}
     "trials": None,  # per-setting trial count (else the experiment's)
@@ -118,7 +119,9 @@ class Experiment:
         for s in self.settings:
             if s.name == name:
                 return s
-        raise ConfigError(f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{_suggest(name, [s.name for s in self.settings])}")
+        raise ConfigError(
+            f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{_suggest(name, [s.name for s in self.settings])}"
+        )
 
     def select(self, names: list[str] | None, trials: int | None = None) -> Experiment:
         """A copy keeping only the settings ``names`` (all if ``None``), with ``trials`` overriding counts."""
@@ -127,7 +130,18 @@ class Experiment:
             if trials < 1:
                 raise ConfigError(f"--trials must be >= 1, got {trials}.")
             settings = tuple(Setting(s.name, s.values, trials) for s in settings)
-        return Experiment(self.name, self.description, self.seed, self.trials, self.chunk, self.plots, settings, self.full_trials, self.source, self.raw)
+        return Experiment(
+            self.name,
+            self.description,
+            self.seed,
+            self.trials,
+            self.chunk,
+            self.plots,
+            settings,
+            self.full_trials,
+            self.source,
+            self.raw,
+        )
 
     def resolved(self) -> dict:
         """The fully resolved configuration (written next to the results)."""
@@ -161,11 +175,15 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
     where = f"{source}: " if source else ""
     for key in raw:
         if key not in ("experiment", "defaults", "settings"):
-            raise ConfigError(f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{_suggest(key, ['experiment', 'defaults', 'settings'])}")
+            raise ConfigError(
+                f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{_suggest(key, ['experiment', 'defaults', 'settings'])}"
+            )
     exp = raw.get("experiment", {})
     for key, value in exp.items():
         if key not in EXPERIMENT_KEYS:
-            raise ConfigError(f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{_suggest(key, EXPERIMENT_KEYS)}")
+            raise ConfigError(
+                f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{_suggest(key, EXPERIMENT_KEYS)}"
+            )
         if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
             raise ConfigError(f"{where}experiment.{key} must be a {EXPERIMENT_KEYS[key].__name__}, got {value!r}.")
     trials = exp.get("trials", 100)
@@ -175,7 +193,9 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
     plots = tuple(exp.get("plots", []))
     for p in plots:
         if p not in PLOTS:
-            raise ConfigError(f"{where}unknown plot {p!r} in experiment.plots; allowed: {list(PLOTS)}.{_suggest(p, PLOTS)}")
+            raise ConfigError(
+                f"{where}unknown plot {p!r} in experiment.plots; allowed: {list(PLOTS)}.{_suggest(p, PLOTS)}"
+            )
     defaults = raw.get("defaults", {})
     _check_keys(defaults, f"{where}[defaults]")
     settings_raw = raw.get("settings", {})
@@ -210,7 +230,9 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
 def _check_keys(table: dict, where: str) -> None:
     for key in table:
         if key not in SETTING_DEFAULTS:
-            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {sorted(SETTING_DEFAULTS)}.{_suggest(key, SETTING_DEFAULTS)}")
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; allowed keys: {sorted(SETTING_DEFAULTS)}.{_suggest(key, SETTING_DEFAULTS)}"
+            )
 
 
 def _validate_setting(v: dict, where: str) -> dict:
@@ -218,7 +240,9 @@ def _validate_setting(v: dict, where: str) -> dict:
 
     for key, choices in _CHOICES.items():
         if v[key] not in choices:
-            raise ConfigError(f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{_suggest(str(v[key]), choices)}")
+            raise ConfigError(
+                f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{_suggest(str(v[key]), choices)}"
+            )
     for key in ("scale", "noise_level", "sample_step"):
         val = v[key]
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
@@ -226,12 +250,14 @@ def _validate_setting(v: dict, where: str) -> dict:
         v[key] = float(val)
     if v["sample_step"] <= 0 or v["noise_level"] < 0 or v["scale"] < 0:
         raise ConfigError(f"{where}: sample_step must be > 0, noise_level >= 0 and scale >= 0.")
+    if not isinstance(v["noise_mean_known"], bool):
+        raise ConfigError(f"{where}.noise_mean_known must be true or false, got {v['noise_mean_known']!r}.")
     for key in ("measured_periods", "substeps", "parameter_sets"):
         if isinstance(v[key], bool) or not isinstance(v[key], int) or v[key] < 1:
             raise ConfigError(f"{where}.{key} must be a positive integer, got {v[key]!r}.")
     d = v["discard_periods"]
     if not (d == "auto" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)):
-        raise ConfigError(f"{where}.discard_periods must be \"auto\" or a non-negative integer, got {d!r}.")
+        raise ConfigError(f'{where}.discard_periods must be "auto" or a non-negative integer, got {d!r}.')
     if v["trials"] is not None and (not isinstance(v["trials"], int) or v["trials"] < 1):
         raise ConfigError(f"{where}.trials must be a positive integer, got {v['trials']!r}.")
     q0 = v["q0"]
@@ -249,18 +275,26 @@ def _validate_setting(v: dict, where: str) -> dict:
     v["unknowns"] = list(unknowns)
     for name, value in v["parameters"].items():
         if name not in PARAMETER_NAMES:
-            raise ConfigError(f"{where}.parameters: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}")
+            raise ConfigError(
+                f"{where}.parameters: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}.parameters.{name} must be a number (SI units), got {value!r}.")
     for name, spec in v["sample"].items():
         if name not in PARAMETER_NAMES:
-            raise ConfigError(f"{where}.sample: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}")
+            raise ConfigError(
+                f"{where}.sample: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}"
+            )
         if not isinstance(spec, dict) or spec.get("dist") not in _DISTRIBUTIONS:
-            raise ConfigError(f"{where}.sample.{name} must be a table with dist = one of {list(_DISTRIBUTIONS)}, e.g. {{dist = \"uniform\", width = 0.1}} (relative half-width).")
+            raise ConfigError(
+                f'{where}.sample.{name} must be a table with dist = one of {list(_DISTRIBUTIONS)}, e.g. {{dist = "uniform", width = 0.1}} (relative half-width).'
+            )
         need = _DISTRIBUTIONS[spec["dist"]]
         extra = set(spec) - {"dist", *need}
         if extra or any(k not in spec for k in need):
-            raise ConfigError(f"{where}.sample.{name}: dist = {spec['dist']!r} takes exactly {list(need)} (relative to the preset value).")
+            raise ConfigError(
+                f"{where}.sample.{name}: dist = {spec['dist']!r} takes exactly {list(need)} (relative to the preset value)."
+            )
     names = v["estimators"]
     if isinstance(names, str):
         names = [names]
@@ -268,9 +302,13 @@ def _validate_setting(v: dict, where: str) -> dict:
         raise ConfigError(f"{where}.estimators is empty; choose some of {sorted(ESTIMATORS)}.")
     for name in names:
         if name not in ESTIMATORS:
-            raise ConfigError(f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}")
+            raise ConfigError(
+                f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}"
+            )
     v["estimators"] = list(names)
     for name in v["estimator_options"]:
         if name not in names:
-            raise ConfigError(f"{where}.estimator_options.{name}: {name!r} is not among this setting's estimators {names}.")
+            raise ConfigError(
+                f"{where}.estimator_options.{name}: {name!r} is not among this setting's estimators {names}."
+            )
     return v

@@ -144,6 +144,12 @@ def _estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
 _COMPILED: dict = {}
 
 
+def _accepts(name: str, option: str) -> bool:
+    import inspect
+
+    return option in inspect.signature(get_estimator(name)).parameters
+
+
 def _compiled(key, jitted, args) -> tuple:
     """Ahead-of-time compile ``jitted`` for ``args`` once; return ``(executable, compile seconds)``."""
     leaves, treedef = jax.tree.flatten(args)
@@ -275,13 +281,20 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
     # (their starting guess where they need one), never the sampled truth.
     nominal = trial_arms
     if not resolve_unknowns(unknowns)[1]:
-        nominal = trial_arms.with_parameters(unknowns, jnp.broadcast_to(plan.nominal.parameter_vector(unknowns), truth.shape))
+        nominal = trial_arms.with_parameters(
+            unknowns, jnp.broadcast_to(plan.nominal.parameter_vector(unknowns), truth.shape)
+        )
     ndev = len(jax.devices())
     (noisy_s, nominal_s), n = _shard((noisy, nominal), ndev)
     sim_status = _host(trial_rec.status)
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
-        opts = _freeze(s["estimator_options"].get(name, {}))
+        opts = dict(s["estimator_options"].get(name, {}))
+        if s["noise_mean_known"] and "measurement_offset" not in opts and _accepts(name, "measurement_offset"):
+            # Time-domain estimators see the raw angles: give them the known noise mean (the
+            # paper's uniform noise has mean level/2); the frequency-domain ones ignore the DC line.
+            opts["measurement_offset"] = noise_mean(s["noise"], s["noise_level"])
+        opts = _freeze(opts)
         key = (name, unknowns, tuple(s["q0"]), opts)
         args = (noisy_s, nominal_s, plan.excitation, jnp.asarray(plan.sigma))
         exe, compile_seconds = _compiled(key, _estimator_fn(*key), args)
@@ -359,7 +372,9 @@ def _atomic_write_text(text: str, path: Path) -> None:
 
 def _git_revision() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
+        )
         return out.stdout.strip() or None
     except Exception:
         return None
@@ -412,7 +427,9 @@ def run_experiment(
         elif old.get("complete"):
             raise RunExists(f"{out} holds a finished run; pass --overwrite to replace it or --out for a new directory.")
         elif old.get("config_digest") not in (None, digest):
-            raise RunExists(f"{out} holds an unfinished run of a different configuration; pass --overwrite or choose another --out.")
+            raise RunExists(
+                f"{out} holds an unfinished run of a different configuration; pass --overwrite or choose another --out."
+            )
     _sync("jaxid-start")
     if _is_writer():
         out.mkdir(parents=True, exist_ok=True)
@@ -448,7 +465,9 @@ def run_experiment(
     for plan in plans:
         s = plan.setting
         chunk_dir = out / "chunks" / s.name
-        info = manifest["settings"].setdefault(s.name, {"digest": s.digest(), "run_seconds": 0.0, "simulate_seconds": 0.0, "estimator_seconds": {}})
+        info = manifest["settings"].setdefault(
+            s.name, {"digest": s.digest(), "run_seconds": 0.0, "simulate_seconds": 0.0, "estimator_seconds": {}}
+        )
         if info.get("digest") != s.digest():
             raise RunExists(f"{out}: setting {s.name!r} on disk was run with other values; pass --overwrite.")
         info.update(discard_periods=plan.discard, noise_std=plan.sigma, chunks=plan.n_chunks, trials=s.trials)
@@ -562,13 +581,28 @@ def _coefficients_table(exp: Experiment, plan: _SettingPlan) -> list[dict]:
     rows = []
     for i, k in enumerate(plan.excitation.lines):
         for j in range(2):
-            for source, x in (("theory (linearised)", theory), ("extracted, noise-free", clean), ("extracted, noisy", dirty)):
-                rows.append({"setting": s.name, "harmonic": k, "joint": j + 1, "source": source, "C": float(np.real(x[i, j])), "D": float(-np.imag(x[i, j]))})
+            for source, x in (
+                ("theory (linearised)", theory),
+                ("extracted, noise-free", clean),
+                ("extracted, noisy", dirty),
+            ):
+                rows.append(
+                    {
+                        "setting": s.name,
+                        "harmonic": k,
+                        "joint": j + 1,
+                        "source": source,
+                        "C": float(np.real(x[i, j])),
+                        "D": float(-np.imag(x[i, j])),
+                    }
+                )
     return rows
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").exists():
-        raise ConfigError(f"{run_dir} is not a jaxid run directory (no config.json); give the directory `jaxid run` wrote.")
+        raise ConfigError(
+            f"{run_dir} is not a jaxid run directory (no config.json); give the directory `jaxid run` wrote."
+        )
     return run_dir
