@@ -158,6 +158,17 @@ def _objective(rmse: np.ndarray, truth: np.ndarray, target_index: list[int]) -> 
     return np.sqrt(np.mean(rel**2, axis=-1))
 
 
+def _eligible(obj: np.ndarray, grid_s: np.ndarray, grid_r: np.ndarray) -> np.ndarray:
+    # Feasible, and so is every smaller scale at the same ratio: past the first infeasible scale
+    # (link 2 over the top, several orbits) a feasible island is not trusted.
+    eligible = np.zeros_like(obj, dtype=bool)
+    for r in np.unique(grid_r):
+        idx = np.flatnonzero(grid_r == r)
+        idx = idx[np.argsort(grid_s[idx])]
+        eligible[idx] = np.cumprod(np.isfinite(obj[idx]), axis=0).astype(bool)
+    return eligible
+
+
 def design_scale(
     arm: TwoLinkArm,
     excitation: Multisine,
@@ -193,8 +204,10 @@ def design_scale(
     Returns:
         ``{"table": DataFrame, "best": DataFrame}``: ``table`` has one row per (scale, ratio,
         estimator, parameter) with ``bias``, ``crlb_std``, ``rmse``, ``relative_rmse``,
-        ``objective`` and ``feasible``; ``best`` one row per estimator with the minimising
-        ``scale``, ``joint2_ratio``, ``objective`` and the target parameters' ``rmse``.
+        ``objective``, ``feasible`` and ``eligible``; ``best`` one row per estimator with the
+        minimising ``scale``, ``joint2_ratio``, ``objective`` and the target parameters' ``rmse``,
+        over the *eligible* candidates: feasible, and every smaller grid scale (same ratio)
+        feasible too. A feasible island beyond the first infeasible scale is not chosen.
     """
     import pandas as pd
 
@@ -229,6 +242,7 @@ def design_scale(
     res, names = evaluate(grid_s, grid_r)
     if refine > 0:
         obj = _objective(res["rmse"], truth, target_index)  # (B, E)
+        obj = np.where(_eligible(obj, grid_s, grid_r), obj, np.inf)
         extra_s, extra_r = [], []
         for e in range(len(names)):
             b = int(np.argmin(obj[:, e]))
@@ -242,6 +256,8 @@ def design_scale(
         grid_r = np.concatenate([grid_r, *extra_r])
         res = {k: np.concatenate([res[k], more[k]]) for k in res}
     obj = _objective(res["rmse"], truth, target_index)
+    eligible = _eligible(obj, grid_s, grid_r)
+    choice = np.where(eligible, obj, np.inf)
 
     rows = []
     for b in range(len(grid_s)):
@@ -260,12 +276,13 @@ def design_scale(
                         relative_rmse=res["rmse"][b, e, i] / abs(truth[i]),
                         objective=obj[b, e],
                         feasible=bool(res["feasible"][b, e]),
+                        eligible=bool(eligible[b, e]),
                     )
                 )
     table = pd.DataFrame(rows).sort_values(["estimator", "joint2_ratio", "scale", "parameter"], ignore_index=True)
     best = []
     for e, name in enumerate(names):
-        b = int(np.argmin(obj[:, e]))
+        b = int(np.argmin(choice[:, e]))
         row = dict(estimator=name, scale=grid_s[b], joint2_ratio=grid_r[b], objective=obj[b, e])
         for i in target_index:
             row[f"rmse_{unknowns[i]}"] = res["rmse"][b, e, i]

@@ -20,7 +20,7 @@ def design(arm):
 def test_chosen_scale_minimises_predicted_rmse(design):
     table, best = design["table"], design["best"]
     for _, row in best.iterrows():
-        rows = table[table.estimator == row.estimator]
+        rows = table[(table.estimator == row.estimator) & table.eligible]
         assert row.objective == pytest.approx(rows.objective.min())
         assert row.scale == pytest.approx(rows.loc[rows.objective.idxmin(), "scale"])
         assert np.isfinite(row.objective)
@@ -49,4 +49,5 @@ def test_over_the_top_scale_is_infeasible(design):
     # the top): flagged, with an infinite objective, never silently used.
     rows = design["table"][design["table"].scale == 2.0]
     assert not rows.feasible.any()
+    assert not rows.eligible.any()
     assert np.all(np.isinf(rows.objective))
