@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Float
 
-from .estimators.base import linear_system, parameter_values, resolve_unknowns
+from .estimators.base import frequency_response, linear_system, parameter_values, resolve_unknowns
 from .excitation import Multisine
 from .model import TwoLinkArm
 from .simulation import steps_per_period
@@ -123,7 +123,7 @@ def linear_phasors(
     q0 = jnp.asarray(q0, dtype=float)
 
     def phasors(theta):
-        h = linear_system(nominal, unknowns, theta, q0).frequency_response(omega)
+        h = frequency_response(linear_system(nominal, unknowns, theta, q0), omega)
         return jnp.einsum("kij,kj->ki", h, u)
 
     return phasors

@@ -37,6 +37,7 @@ from .base import (
     MAX_ITERATIONS,
     SINGULAR,
     Estimate,
+    frequency_response,
     linear_system,
     parameter_values,
     register,
@@ -67,7 +68,7 @@ def output_error_residual(
     w = jnp.sqrt(2.0 / variance)
 
     def residual(theta):
-        h = linear_system(nominal, unknowns, theta, q0).frequency_response(omega)
+        h = frequency_response(linear_system(nominal, unknowns, theta, q0), omega)
         e = (spectrum.Q - jnp.einsum("kij,kj->ki", h, spectrum.U)) * w
         return jnp.concatenate([jnp.real(e), jnp.imag(e)], axis=1).reshape(-1)
 

@@ -1,0 +1,84 @@
+"""Cramér–Rao bound: autodiff Fisher information against finite differences and closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxid
+from jaxid import crlb
+from jaxid.estimators import parameter_values
+
+DT = 0.1
+UNKNOWNS = ("m1", "m2", "fv1", "fv2")
+
+
+@pytest.fixture(scope="module")
+def split():
+    return jaxid.table2("split", scale=0.25)
+
+
+def test_sinusoid_closed_form():
+    # y = a cos ωt + b sin ωt on N samples per period, P periods: F = (P N / 2σ²) I.
+    n, periods, sigma = 64, 3, 0.2
+    t = jnp.arange(n) * (2 * np.pi / n)
+
+    def response(theta):
+        return (theta[0] * jnp.cos(5 * t) + theta[1] * jnp.sin(5 * t))[:, None]
+
+    f = crlb.fisher_information(response, jnp.array([0.3, -1.0]), noise_std=sigma, periods=periods)
+    np.testing.assert_allclose(f, periods * n / (2 * sigma**2) * np.eye(2), atol=1e-9)
+    np.testing.assert_allclose(
+        crlb.cramer_rao_bound(f), 2 * sigma**2 / (periods * n) * np.eye(2), rtol=1e-12, atol=1e-18
+    )
+
+
+def test_time_domain_equals_spectral(arm, split):
+    theta = arm.parameter_vector(UNKNOWNS)
+    f_time = crlb.fisher_information(
+        crlb.linear_response(arm, split, UNKNOWNS, sample_step=DT), theta, noise_std=(0.01, 0.02), periods=2
+    )
+    f_freq = crlb.linear_fisher_information(
+        arm, split, UNKNOWNS, noise_std=jnp.array([0.01, 0.02]), sample_step=DT, periods=2
+    )
+    np.testing.assert_allclose(f_time, f_freq, rtol=1e-10, atol=1e-12 * float(jnp.max(f_freq)))
+
+
+@pytest.mark.parametrize(
+    "model, unknowns",
+    [
+        ("point_mass", UNKNOWNS),
+        ("table1", ("m1", "m2", "J1", "J2", "fv1", "fv2")),
+        ("table1", ("d11", "d12", "k22", "fv2")),
+    ],
+)
+def test_fisher_matches_finite_differences(model, unknowns, split):
+    arm = getattr(jaxid, model)()
+    sigma, periods = 0.01, 2
+    theta = parameter_values(arm, unknowns)
+    response = crlb.linear_response(arm, split, unknowns, sample_step=DT)
+    f_ad = crlb.fisher_information(response, theta, noise_std=sigma, periods=periods)
+    h = 1e-6 * jnp.maximum(jnp.abs(theta), 1.0)
+    cols = [
+        (response(theta + h[i] * e) - response(theta - h[i] * e)) / (2 * h[i])
+        for i, e in enumerate(jnp.eye(len(theta)))
+    ]
+    jac = jnp.stack(cols, -1).reshape(-1, len(theta))
+    f_fd = periods * jac.T @ jac / sigma**2
+    np.testing.assert_allclose(f_ad, f_fd, rtol=1e-6, atol=1e-8 * float(jnp.max(jnp.abs(f_ad))))
+
+
+def test_bound_scales_with_noise_and_periods(arm, split):
+    c1 = crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=0.01, sample_step=DT, periods=1)
+    c2 = crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=0.03, sample_step=DT, periods=4)
+    np.testing.assert_allclose(c2, c1 * 9 / 4, rtol=1e-10)
+    assert np.all(np.linalg.eigvalsh(np.asarray(c1)) > 0)
+
+
+def test_bound_is_jittable_in_noise_level(arm, split):
+    f = jax.jit(lambda s: crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=s, sample_step=DT))
+    np.testing.assert_allclose(
+        f(0.02), crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=0.02, sample_step=DT), rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="Nyquist"):
+        crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=0.01, sample_step=2.0)
