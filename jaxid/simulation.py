@@ -156,7 +156,12 @@ def _nonlinear_field(arm: TwoLinkArm, y: Array, tau: Array) -> Array:
 def _linear_field(lin: LinearArm, y: Array, tau: Array) -> Array:
     dq, dqd = y[:2] - lin.q0, y[2:]
     rhs = tau - lin.tau0 - lin.stiffness @ dq - lin.damping @ dqd
-    return jnp.concatenate([dqd, jnp.linalg.solve(lin.mass, rhs)])
+    # 2x2 solve written out: no LAPACK call (batched LAPACK kernels can stall when several
+    # host devices run at once; see jaxid/study.py).
+    m = lin.mass
+    det = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
+    acc = jnp.stack([m[1, 1] * rhs[0] - m[0, 1] * rhs[1], m[0, 0] * rhs[1] - m[1, 0] * rhs[0]]) / det
+    return jnp.concatenate([dqd, acc])
 
 
 class _TabulatedTorque(eqx.Module):

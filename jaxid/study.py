@@ -137,6 +137,10 @@ def _estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
         def one(record, nominal, excitation, sigma):
             return fn(record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=sigma, **opts)
 
+        # Estimators run on one device per process. Splitting them over several XLA host devices
+        # of one process can deadlock in jaxlib's batched LAPACK kernels (their batch-parallel
+        # map waits for the intra-op thread pool that the other devices' executions hold); the
+        # simulation, which needs no LAPACK, is the part sharded over devices.
         _ESTIMATOR_CACHE[key] = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None)))
     return _ESTIMATOR_CACHE[key]
 
@@ -193,16 +197,39 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _shard(tree, ndev: int):
-    """Pad the leading axis to a multiple of ``ndev`` and split it over the local devices."""
+def _process_slice(tree):
+    """This process's contiguous share of the trial axis, on its first local device.
+
+    Returns ``(local tree, n, lo, hi)``: trials ``lo:hi`` of ``n`` are this process's (all of
+    them in a one-process run).
+    """
+    tree = jax.tree.map(_host, tree)
     n = jax.tree.leaves(tree)[0].shape[0]
-    pad = (-n) % ndev
-    if pad:
-        tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), tree)
-    if ndev > 1:
-        mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("trials",))
-        tree = jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
-    return tree, n
+    count, index = jax.process_count(), jax.process_index()
+    per = -(-n // count)
+    lo, hi = min(index * per, n), min((index + 1) * per, n)
+    if hi == lo:  # more processes than trials: compute a dummy trial, drop it when gathering
+        lo, hi = 0, 1
+        local = jax.tree.map(lambda x: x[:1], tree)
+        return jax.device_put(local, jax.local_devices()[0]), n, n, n
+    local = jax.tree.map(lambda x: x[lo:hi], tree)
+    return jax.device_put(local, jax.local_devices()[0]), n, lo, hi
+
+
+def _gather_processes(x, lo: int, hi: int, n: int) -> np.ndarray:
+    """Concatenate every process's trials ``lo:hi`` back into the ``n`` trials, in order."""
+    x = np.asarray(x)
+    if jax.process_count() == 1:
+        return x
+    from jax.experimental import multihost_utils
+
+    count = jax.process_count()
+    per = -(-n // count)
+    padded = np.zeros((per, *x.shape[1:]), dtype=x.dtype)
+    padded[: hi - lo] = x[: hi - lo]
+    gathered = np.asarray(multihost_utils.process_allgather(padded, tiled=False))  # (count, per, ...)
+    parts = [gathered[i, : max(0, min((i + 1) * per, n) - i * per)] for i in range(count)]
+    return np.concatenate(parts, axis=0)
 
 
 # -- the runner --------------------------------------------------------------------------------
@@ -284,8 +311,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
         nominal = trial_arms.with_parameters(
             unknowns, jnp.broadcast_to(plan.nominal.parameter_vector(unknowns), truth.shape)
         )
-    ndev = len(jax.devices())
-    (noisy_s, nominal_s), n = _shard((noisy, nominal), ndev)
+    (noisy_s, nominal_s), n, lo, hi = _process_slice((noisy, nominal))
     sim_status = _host(trial_rec.status)
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
@@ -305,9 +331,9 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
         jax.block_until_ready(est.value)
         seconds = time.perf_counter() - t0
         timing[name] = seconds
-        value = _host(est.value)[:n]
-        cov = _host(est.covariance)[:n]
-        status = _host(est.status)[:n]
+        value = _gather_processes(est.value, lo, hi, n)
+        cov = _gather_processes(est.covariance, lo, hi, n)
+        status = _gather_processes(est.status, lo, hi, n)
         std = np.sqrt(np.clip(np.diagonal(cov, axis1=-2, axis2=-1), 0, None))
         finite = np.all(np.isfinite(value), axis=1)
         labels = np.where(
@@ -333,7 +359,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
                 )
             )
         if est.history is not None and index == 0:
-            hist = _host(est.history)[0]
+            hist = _gather_processes(est.history, lo, hi, n)[0]
             duration = s["measured_periods"] * plan.excitation.period
             steps = hist.shape[0]
             for j, par in enumerate(unknowns):
