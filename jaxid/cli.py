@@ -1,8 +1,8 @@
 """Command-line interface (thin: it calls the library API).
 
-    jaxid run CONFIG [--out DIR] [--trials N] [--full] [--settings A,B] [--overwrite] [--devices N]
-    jaxid report RUN_DIR
-    jaxid list
+jaxid run CONFIG [--out DIR] [--trials N] [--full] [--settings A,B] [--overwrite] [--devices N]
+jaxid report RUN_DIR
+jaxid list
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def _resolve_config(name: str) -> Path:
     return path
 
 
-def _setup_jax(devices: int | None, coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> None:
+def _setup_jax(
+    devices: int | None, coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None
+) -> None:
     # Must run before jax is imported: split the CPU into host devices so the trial axis can
     # be sharded over all cores (one XLA CPU device uses one core).
     if devices is None:
@@ -114,22 +116,35 @@ def cmd_list(args) -> int:
         raw = tomllib.loads(f.read_text())
         exp = raw.get("experiment", {})
         settings = ", ".join(raw.get("settings", {}))
-        print(f"{f.stem:<14} {exp.get('description', '')}\n{'':<14} settings: {settings}\n{'':<14} run: jaxid run {f}\n")
+        print(
+            f"{f.stem:<14} {exp.get('description', '')}\n{'':<14} settings: {settings}\n{'':<14} run: jaxid run {f}\n"
+        )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxid", description="Identify robot-arm dynamics from periodic multisine experiments; Monte Carlo studies.")
+    parser = argparse.ArgumentParser(
+        prog="jaxid",
+        description="Identify robot-arm dynamics from periodic multisine experiments; Monte Carlo studies.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run (or resume) an experiment from a TOML config", description="Run an experiment; a killed run resumes from its finished chunks when the same command is given again.")
-    run.add_argument("config", help="path to an experiment TOML file, or the name of a shipped experiment (see `jaxid list`)")
+    run = sub.add_parser(
+        "run",
+        help="run (or resume) an experiment from a TOML config",
+        description="Run an experiment; a killed run resumes from its finished chunks when the same command is given again.",
+    )
+    run.add_argument(
+        "config", help="path to an experiment TOML file, or the name of a shipped experiment (see `jaxid list`)"
+    )
     run.add_argument("--out", help="run directory (default results/<experiment>/<run>)")
     run.add_argument("--run", help="run name under results/<experiment>/ (default 'default', or 'full' with --full)")
     run.add_argument("--trials", type=int, help="trials per setting (overrides the config)")
     run.add_argument("--full", action="store_true", help="use the experiment's full_trials (the full reproduction)")
     run.add_argument("--settings", help="comma-separated subset of settings to run")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    run.add_argument("--devices", type=int, help="number of XLA host devices to split the CPU into (default: CPU count)")
+    run.add_argument(
+        "--devices", type=int, help="number of XLA host devices to split the CPU into (default: CPU count)"
+    )
     run.add_argument("--coordinator", help="HOST:PORT of process 0 for a multi-process run (jax.distributed)")
     run.add_argument("--num-processes", type=int, help="number of processes in a multi-process run")
     run.add_argument("--process-id", type=int, help="this process's id (0 writes the results)")

@@ -37,8 +37,19 @@ def plot_coefficients(coeffs: pd.DataFrame, out: Path) -> list[Path]:
     for setting, g in coeffs.groupby("setting", sort=False):
         long = g.melt(id_vars=["harmonic", "joint", "source"], value_vars=["C", "D"], var_name="coefficient")
         grid = sns.catplot(
-            data=long, x="harmonic", y="value", hue="source", row="coefficient", col="joint",
-            kind="point", linestyles="none", dodge=0.4, height=2.8, aspect=1.6, sharey=False, markers=["o", "x", "."],
+            data=long,
+            x="harmonic",
+            y="value",
+            hue="source",
+            row="coefficient",
+            col="joint",
+            kind="point",
+            linestyles="none",
+            dodge=0.4,
+            height=2.8,
+            aspect=1.6,
+            sharey=False,
+            markers=["o", "x", "."],
         )
         grid.set_axis_labels("harmonic k (line k·ω_f)", "coefficient [rad]")
         grid.figure.suptitle(f"{setting}: steady-state Fourier coefficients (paper Figs. 2-3)", y=1.02)
@@ -50,7 +61,18 @@ def plot_estimates(trials: pd.DataFrame, out: Path) -> list[Path]:
     paths = []
     ok = trials[trials["status"] == "ok"]
     for setting, g in ok.groupby("setting", sort=False):
-        grid = sns.catplot(data=g, x="estimator", y="estimate", col="parameter", kind="strip", sharey=False, height=3, aspect=1.1, alpha=0.4, size=2.5)
+        grid = sns.catplot(
+            data=g,
+            x="estimator",
+            y="estimate",
+            col="parameter",
+            kind="strip",
+            sharey=False,
+            height=3,
+            aspect=1.1,
+            alpha=0.4,
+            size=2.5,
+        )
         for ax, (_par, gp) in zip(grid.axes.flat, g.groupby("parameter", sort=False), strict=False):
             ax.axhline(gp["truth"].mean(), color="k", lw=1, ls="--", label="truth")
             ax.tick_params(axis="x", rotation=30)
@@ -63,7 +85,11 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
     pars = list(dict.fromkeys(summary["parameter"]))
     summary = summary.copy()
     # Settings that also differ in another swept quantity get their own curves.
-    others = [c for c in ("lines", "scale", "noise_level", "measured_periods", "model") if c != x and c in summary and summary[c].nunique() > 1]
+    others = [
+        c
+        for c in ("lines", "scale", "noise_level", "measured_periods", "model")
+        if c != x and c in summary and summary[c].nunique() > 1
+    ]
     summary["curve"] = summary["estimator"]
     for c in others:
         summary["curve"] = summary["curve"] + f" {c}=" + summary[c].astype(str)
@@ -77,11 +103,25 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
         for i, (_, gc) in enumerate(g.groupby([c for c in others] or (lambda _: 0), sort=False)):
             crlb = gc.groupby(x)["sqrt_crlb"].first()
             if crlb.notna().any():
-                ax.plot(crlb.index, crlb.values, "k--", lw=1.5, alpha=1.0 / (1 + i), label="√CRLB (linear model)" if i == 0 else None)
+                ax.plot(
+                    crlb.index,
+                    crlb.values,
+                    "k--",
+                    lw=1.5,
+                    alpha=1.0 / (1 + i),
+                    label="√CRLB (linear model)" if i == 0 else None,
+                )
             if "sqrt_crlb_nonlinear" in gc:
                 nl = gc.groupby(x)["sqrt_crlb_nonlinear"].first()
                 if nl.notna().any():
-                    ax.plot(nl.index, nl.values, "k:", lw=1.5, alpha=1.0 / (1 + i), label="√CRLB (nonlinear arm)" if i == 0 else None)
+                    ax.plot(
+                        nl.index,
+                        nl.values,
+                        "k:",
+                        lw=1.5,
+                        alpha=1.0 / (1 + i),
+                        label="√CRLB (nonlinear arm)" if i == 0 else None,
+                    )
         ax.set_title(par)
         ax.set_xlabel(x)
         if logx and (g[x] > 0).all():
@@ -98,7 +138,17 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
 def plot_estimators(summary: pd.DataFrame, out: Path) -> Path:
     g = summary.copy()
     g["rel_rmse"] = g["rmse"] / g["truth"].abs()
-    grid = sns.catplot(data=g, x="parameter", y="rel_rmse", hue="estimator", col="setting", kind="bar", col_wrap=min(3, g["setting"].nunique()), height=3, aspect=1.2)
+    grid = sns.catplot(
+        data=g,
+        x="parameter",
+        y="rel_rmse",
+        hue="estimator",
+        col="setting",
+        kind="bar",
+        col_wrap=min(3, g["setting"].nunique()),
+        height=3,
+        aspect=1.2,
+    )
     if (g["rel_rmse"] > 0).any():
         grid.set(yscale="log")
     grid.set_axis_labels("parameter", "RMSE / |truth|")
@@ -116,9 +166,19 @@ def plot_convergence(history: pd.DataFrame, summary: pd.DataFrame, out: Path) ->
             for est, ge in gp.groupby("estimator", sort=False):
                 ax.plot(ge["time"], ge["estimate"], label=est)
             ax.axhline(gp["truth"].iloc[0], color="k", lw=1, label="truth")
-            fd = summary[(summary["setting"] == setting) & (summary["parameter"] == par) & ~summary["estimator"].isin(g["estimator"].unique())]
+            fd = summary[
+                (summary["setting"] == setting)
+                & (summary["parameter"] == par)
+                & ~summary["estimator"].isin(g["estimator"].unique())
+            ]
             for _, row in fd.iterrows():
-                ax.axhline(row["mean"], ls="--", lw=1, label=f"{row['estimator']} (mean)", color=sns.color_palette()[hash(row["estimator"]) % 10])
+                ax.axhline(
+                    row["mean"],
+                    ls="--",
+                    lw=1,
+                    label=f"{row['estimator']} (mean)",
+                    color=sns.color_palette()[hash(row["estimator"]) % 10],
+                )
             lo, hi = gp["truth"].iloc[0] * 0.5, gp["truth"].iloc[0] * 1.5
             ax.set_ylim(min(lo, hi), max(lo, hi))
             ax.set_title(par)

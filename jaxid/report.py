@@ -100,7 +100,9 @@ def write_tables(run_dir: str | Path, experiment=None) -> pd.DataFrame:
     files = sorted((run_dir / "chunks").glob("*/[0-9]*.parquet"))
     if files:
         trials = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-        trials = trials.sort_values(["setting", "estimator", "parameter", "trial"], kind="stable").reset_index(drop=True)
+        trials = trials.sort_values(["setting", "estimator", "parameter", "trial"], kind="stable").reset_index(
+            drop=True
+        )
         trials.to_parquet(run_dir / "trials.parquet", index=False)
         trials.to_csv(run_dir / "trials.csv", index=False)
     else:
@@ -125,7 +127,20 @@ def write_tables(run_dir: str | Path, experiment=None) -> pd.DataFrame:
 
 def markdown_table(summary: pd.DataFrame, columns=None) -> str:
     """A compact Markdown table of the summary (numbers to 4 significant digits)."""
-    columns = columns or ["setting", "estimator", "parameter", "truth", "bias", "std", "rmse", "sqrt_crlb", "sqrt_crlb_nonlinear", "coverage95", "failed", "seconds_per_trial"]
+    columns = columns or [
+        "setting",
+        "estimator",
+        "parameter",
+        "truth",
+        "bias",
+        "std",
+        "rmse",
+        "sqrt_crlb",
+        "sqrt_crlb_nonlinear",
+        "coverage95",
+        "failed",
+        "seconds_per_trial",
+    ]
     df = summary[columns].copy()
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     lines = []
