@@ -46,5 +46,14 @@ from .simulation import (
 )
 
 __version__ = "0.1.0"
+from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
+from .crlb import cramer_rao_bound, fisher_information, linear_crlb, linear_fisher_information, linear_response
+from .derivatives import noise_variance, periodic_derivatives
+from .design import RmsePrediction, design_scale, predict_rmse
 from .estimators import CONVERGED, ESTIMATOR_STATUS, ESTIMATORS, Estimate, get_estimator
+from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_std
+from .report import summarise, write_tables
+from .spectrum import Spectrum, fourier_coefficients
+from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
+from .study import RunExists, run_experiment
