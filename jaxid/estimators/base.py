@@ -24,11 +24,12 @@ import difflib
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from ..linearisation import LinearArm, linearise
-from ..model import PARAMETER_NAMES, TwoLinkArm, validate_unknowns
+from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, validate_unknowns
 
 __all__ = [
     "Estimate",
@@ -45,6 +46,8 @@ __all__ = [
     "linear_system",
     "parameter_values",
     "frequency_response",
+    "impedance_model",
+    "is_affine",
 ]
 
 CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR = 0, 1, 2, 3
@@ -180,7 +183,51 @@ def frequency_response(system: LinearArm, omega: Float[ArrayLike, " L"]) -> Arra
     ``jnp.linalg.inv`` inside an optimiser's ``while_loop`` under a large ``vmap`` (a few hundred
     trials), XLA:CPU was seen to deadlock (jax 0.10.2, 2 threads). Also faster.
     """
-    z = system.impedance(omega)
+    return inverse_2x2(system.impedance(omega))
+
+
+def is_affine(unknowns: Sequence[str]) -> bool:
+    """Whether the impedance ``Z(ω; θ)`` is affine in ``θ`` (masses, inertias, friction, or
+    unstructured entries; not lengths or centres of mass)."""
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    return unstructured or all(u in LINEAR_PARAMETERS for u in unknowns)
+
+
+def impedance_model(
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    omega: Float[ArrayLike, " L"],
+    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+) -> Callable[[Array], Array]:
+    """``θ ↦ Z(ω_k; θ)``, shape ``(L, 2, 2)`` complex, for the lines ``omega`` [rad/s].
+
+    When ``Z`` is affine in ``θ`` (``is_affine``) it is precomputed once as
+    ``Z0 + Σ_i θ_i Z_i`` (exact), which keeps iterative fits cheap; otherwise the arm is
+    re-linearised at every call.
+    """
+    unknowns, _ = resolve_unknowns(unknowns)
+    omega = jnp.asarray(omega)
+    q0 = jnp.asarray(q0, dtype=float)
+
+    def full(theta):
+        return linear_system(nominal, unknowns, theta, q0).impedance(omega)
+
+    if not is_affine(unknowns):
+        return full
+
+    def split(theta):
+        z = full(theta)
+        return jnp.stack([jnp.real(z), jnp.imag(z)])
+
+    zero = jnp.zeros(len(unknowns))
+    z0 = full(zero)
+    jac = jax.jacfwd(split)(zero)  # (2, L, 2, 2, p), exact for an affine map
+    zi = jac[0] + 1j * jac[1]
+    return lambda theta: z0 + zi @ theta.astype(zi.dtype)
+
+
+def inverse_2x2(z: Array) -> Array:
+    """Closed-form inverse of a stack of 2x2 matrices ``(..., 2, 2)``."""
     a, b, c, d = z[..., 0, 0], z[..., 0, 1], z[..., 1, 0], z[..., 1, 1]
     det = a * d - b * c
     return jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None, None]

@@ -28,7 +28,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
-from ..model import LINEAR_PARAMETERS, TwoLinkArm
+from ..model import TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients
 from .base import (
@@ -37,8 +37,9 @@ from .base import (
     MAX_ITERATIONS,
     SINGULAR,
     Estimate,
-    frequency_response,
-    linear_system,
+    impedance_model,
+    inverse_2x2,
+    is_affine,
     parameter_values,
     register,
     resolve_unknowns,
@@ -48,6 +49,7 @@ from .equation_error import Weighting, equation_error_fit, line_variance
 __all__ = ["ml", "ml_fit", "output_error_residual", "gauss_newton_covariance", "levenberg_marquardt"]
 
 Start = Literal["equation_error", "nominal"]
+Solver = Literal["levenberg_marquardt", "gauss_newton"]
 
 
 def output_error_residual(
@@ -63,12 +65,11 @@ def output_error_residual(
     variance under the noise model; ``||r||²`` is twice the negative log-likelihood (plus a
     constant) and ``JᵀJ`` the Fisher information.
     """
-    omega = jnp.asarray(spectrum.omega)
-    q0 = jnp.asarray(q0, dtype=float)
+    impedance = impedance_model(nominal, unknowns, spectrum.omega, q0)
     w = jnp.sqrt(2.0 / variance)
 
     def residual(theta):
-        h = frequency_response(linear_system(nominal, unknowns, theta, q0), omega)
+        h = inverse_2x2(impedance(theta))
         e = (spectrum.Q - jnp.einsum("kij,kj->ki", h, spectrum.U)) * w
         return jnp.concatenate([jnp.real(e), jnp.imag(e)], axis=1).reshape(-1)
 
@@ -95,15 +96,25 @@ def levenberg_marquardt(
     rtol: float = 1e-10,
     atol: float = 1e-12,
     max_steps: int = 100,
+    solver: Solver = "levenberg_marquardt",
 ) -> tuple[Array, Array]:
     """Minimise ``||residual(θ)||²`` from ``theta0`` with optimistix's Levenberg–Marquardt.
+
+    ``solver="gauss_newton"`` uses undamped Gauss–Newton instead: about half the iterations
+    (and half the batch time under ``vmap``) on well-posed problems started close to the optimum,
+    such as ML from the equation-error start; no safeguard against divergence from a poor start.
 
     Returns ``(θ̂, status)`` with status ``CONVERGED``, ``MAX_ITERATIONS`` or ``FAILED``. Never
     raises inside ``jit`` (``throw=False``); ``vmap``-able (the batch iterates until its slowest
     member stops).
     """
-    solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
-    sol = optx.least_squares(lambda y, _: residual(y), solver, theta0, max_steps=max_steps, throw=False)
+    if solver == "levenberg_marquardt":
+        method = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+    elif solver == "gauss_newton":
+        method = optx.GaussNewton(rtol=rtol, atol=atol)
+    else:
+        raise ValueError(f"solver must be 'levenberg_marquardt' or 'gauss_newton', got {solver!r}.")
+    sol = optx.least_squares(lambda y, _: residual(y), method, theta0, max_steps=max_steps, throw=False)
     status = jnp.where(
         sol.result == optx.RESULTS.successful,
         CONVERGED,
@@ -126,6 +137,7 @@ def ml_fit(
     max_steps: int = 100,
     rtol: float = 1e-10,
     atol: float = 1e-12,
+    solver: Solver = "levenberg_marquardt",
 ) -> Estimate:
     """Maximum-likelihood estimate from a ``Spectrum`` (see ``ml`` for the record version).
 
@@ -143,12 +155,12 @@ def ml_fit(
     theta_nominal = parameter_values(nominal, unknowns, q0)
     if initial is not None:
         theta0 = jnp.asarray(initial, dtype=float)
-    elif start == "nominal" or (not unstructured and any(u not in LINEAR_PARAMETERS for u in unknowns)):
+    elif start == "nominal" or not is_affine(unknowns):
         theta0 = theta_nominal
     else:
         ee = equation_error_fit(spectrum, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std, weighting=weighting)
         theta0 = jnp.where(ee.status == CONVERGED, ee.value, theta_nominal)
-    theta, status = levenberg_marquardt(residual, theta0, rtol=rtol, atol=atol, max_steps=max_steps)
+    theta, status = levenberg_marquardt(residual, theta0, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     cov, singular = gauss_newton_covariance(residual, theta)
     status = jnp.where((status == CONVERGED) & singular, SINGULAR, status).astype(jnp.int32)
     return Estimate(theta, cov, status, unknowns)
@@ -169,6 +181,7 @@ def ml(
     max_steps: int = 100,
     rtol: float = 1e-10,
     atol: float = 1e-12,
+    solver: Solver = "levenberg_marquardt",
 ) -> Estimate:
     """Frequency-domain maximum likelihood (weighted output error, Levenberg–Marquardt).
 
@@ -186,6 +199,8 @@ def ml(
         weighting: ``"pooled"`` (per-joint white-noise estimate) or ``"per_line"``.
         start: ``"equation_error"`` (default) or ``"nominal"``.
         max_steps, rtol, atol: Levenberg–Marquardt settings (static).
+        solver: ``"levenberg_marquardt"`` (default) or ``"gauss_newton"`` (faster, see
+            ``levenberg_marquardt``).
 
     Returns:
         ``Estimate`` with the inverse Gauss–Newton Hessian as covariance. ``jit``-compatible with
@@ -203,4 +218,5 @@ def ml(
         max_steps=max_steps,
         rtol=rtol,
         atol=atol,
+        solver=solver,
     )
