@@ -1,4 +1,4 @@
-"""Monte Carlo check of the time-domain baselines (RLS, IDIM-LS, EKF, UKF) on the paper's setup.
+"""Monte Carlo check of the time-domain baselines (RLS, IDIM-LS, IDIM-IV, EKF, UKF) on the paper's setup.
 
 Point-mass arm, Table 2 multisine (split lines by default), T = 100 s, Δ = 0.01 s, one measured
 period, the paper's uniform noise 0.1·rand() (mean 0.05 rad, std 0.1/√12). For each scale it
@@ -8,6 +8,7 @@ estimator variant as one ``jit(vmap(...))`` call; reports bias, std, RMSE, the m
 call, compile excluded) and compile seconds.
 
     python scripts/baseline_check.py --trials 50 --scales 1 0.25 --out notes/baseline_check.md
+    python scripts/baseline_check.py --trials 50 --full --only idim_ls idim_iv "idim_iv keep=band"
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def variants(full: bool):
     base = {
         "idim_ls": (rls.idim_ls, dict(measurement_offset=MEAN)),
         "rls": (rls.rls, dict(measurement_offset=MEAN)),
+        "idim_iv": (rls.idim_iv, dict(measurement_offset=MEAN)),
         "ekf": (ekf.ekf, dict(measurement_offset=MEAN, noise_std=STD)),
         "ukf": (ekf.ukf, dict(measurement_offset=MEAN, noise_std=STD)),
     }
@@ -46,6 +48,10 @@ def variants(full: bool):
         "idim_ls keep=band": (rls.idim_ls, dict(measurement_offset=MEAN, keep="band")),
         "idim_ls butterworth": (rls.idim_ls, dict(measurement_offset=MEAN, derivative="butterworth")),
         "idim_ls weighting=none": (rls.idim_ls, dict(measurement_offset=MEAN, weighting="none")),
+        "idim_iv covariance=white": (rls.idim_iv, dict(measurement_offset=MEAN, covariance="white")),
+        "idim_iv iterations=1": (rls.idim_iv, dict(measurement_offset=MEAN, iterations=1)),
+        "idim_iv keep=band": (rls.idim_iv, dict(measurement_offset=MEAN, keep="band")),
+        "idim_iv noise_std=known": (rls.idim_iv, dict(measurement_offset=MEAN, noise_std=STD)),
         "rls lambda=0.9995": (rls.rls, dict(measurement_offset=MEAN, forgetting=0.9995)),
         "ekf offset=0": (ekf.ekf, dict(noise_std=STD)),
         "ekf noise_std=estimated": (ekf.ekf, dict(measurement_offset=MEAN)),
