@@ -147,6 +147,10 @@ def _estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
 
 _COMPILED: dict = {}
 
+#: Estimators whose ``history`` is the estimate over the record's time (recursive filters); the
+#: others' histories are iterations and are not drawn as convergence in time.
+TIME_HISTORY = ("rls", "ekf", "ukf")
+
 
 def _accepts(name: str, option: str) -> bool:
     import inspect
@@ -358,7 +362,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
                     }
                 )
             )
-        if est.history is not None and index == 0:
+        if est.history is not None and index == 0 and name in TIME_HISTORY:
             hist = _gather_processes(est.history, lo, hi, n)[0]
             duration = s["measured_periods"] * plan.excitation.period
             steps = hist.shape[0]
