@@ -64,7 +64,7 @@ def plot_estimates(trials: pd.DataFrame, out: Path, window: float = 0.25) -> lis
     paths = []
     ok = trials[trials["status"] == "ok"]
     for setting, g in ok.groupby("setting", sort=False):
-        pars = list(dict.fromkeys(g["parameter"]))
+        pars = _parameters(g)
         fig, axes = plt.subplots(1, len(pars), figsize=(3.2 * len(pars) + 0.8, 3.4), squeeze=False)
         for ax, par in zip(axes[0], pars, strict=True):
             gp = g[g["parameter"] == par].copy()
@@ -89,8 +89,18 @@ def plot_estimates(trials: pd.DataFrame, out: Path, window: float = 0.25) -> lis
     return paths
 
 
+_PARAMETER_ORDER = ("m1", "m2", "J1", "J2", "fv1", "fv2")
+
+
+def _parameters(df: pd.DataFrame) -> list[str]:
+    pars = list(dict.fromkeys(df["parameter"]))
+    return sorted(
+        pars, key=lambda p: (_PARAMETER_ORDER.index(p) if p in _PARAMETER_ORDER else len(_PARAMETER_ORDER), p)
+    )
+
+
 def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx=True, logy=True, bias=False) -> Path:
-    pars = list(dict.fromkeys(summary["parameter"]))
+    pars = _parameters(summary)
     summary = summary.copy()
     # Settings that also differ in another swept quantity get their own curves.
     others = [
@@ -134,6 +144,9 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
         ax.set_xlabel(x)
         if logx and (g[x] > 0).all():
             ax.set_xscale("log")
+            ticks = sorted(g[x].unique())
+            ax.minorticks_off()
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
         if logy and (g["rmse"] > 0).any():
             ax.set_yscale("log")
     axes[0, 0].set_ylabel("error")
@@ -167,7 +180,7 @@ def plot_estimators(summary: pd.DataFrame, out: Path) -> Path:
 def plot_convergence(history: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[Path]:
     paths = []
     for setting, g in history.groupby("setting", sort=False):
-        pars = list(dict.fromkeys(g["parameter"]))
+        pars = _parameters(g)
         fig, axes = plt.subplots(1, len(pars), figsize=(3.6 * len(pars), 3.2), squeeze=False)
         for ax, par in zip(axes[0], pars, strict=True):
             gp = g[g["parameter"] == par]
