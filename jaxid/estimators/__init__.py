@@ -18,6 +18,8 @@ from .base import (
     parameter_values,
     register,
     resolve_unknowns,
+    small_qr,
+    upper_triangular_inverse,
 )
 from .equation_error import equation_error, equation_error_fit, line_variance
 from .ml import gauss_newton_covariance, levenberg_marquardt, ml, ml_fit, output_error_residual
@@ -41,6 +43,8 @@ __all__ = [
     "parameter_values",
     "register",
     "resolve_unknowns",
+    "small_qr",
+    "upper_triangular_inverse",
     "equation_error",
     "equation_error_fit",
     "line_variance",

@@ -48,6 +48,9 @@ __all__ = [
     "frequency_response",
     "impedance_model",
     "is_affine",
+    "inverse_2x2",
+    "small_qr",
+    "upper_triangular_inverse",
 ]
 
 CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR = 0, 1, 2, 3
@@ -231,3 +234,47 @@ def inverse_2x2(z: Array) -> Array:
     a, b, c, d = z[..., 0, 0], z[..., 0, 1], z[..., 1, 0], z[..., 1, 1]
     det = a * d - b * c
     return jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None, None]
+
+
+# -- LAPACK-free small linear algebra ---------------------------------------------------------
+#
+# jaxlib 0.10's CPU LAPACK kernels split a batched call over XLA's intra-op thread pool and block
+# until the pieces finish. When two such calls run concurrently (independent ops in one compiled
+# program, e.g. the paper's two per-joint fits, or equation error next to an optimiser loop) they
+# can occupy every pool thread and wait on each other forever: a deadlock seen here on 2 cores for
+# batches of a few hundred trials. The estimators therefore do their small (p <= 8 columns) least
+# squares with these unrolled routines, which compile to plain XLA arithmetic.
+
+
+def small_qr(a: Float[Array, "n p"]) -> tuple[Float[Array, "n p"], Float[Array, "p p"]]:
+    """Thin QR of a tall matrix with few columns by classical Gram–Schmidt with
+    re-orthogonalisation (CGS2), unrolled over the static column count; no LAPACK call."""
+    n, p = a.shape
+    qs = []
+    r = jnp.zeros((p, p), dtype=a.dtype)
+    for j in range(p):
+        v = a[:, j]
+        coef = jnp.zeros((j,), dtype=a.dtype)
+        if j:
+            q = jnp.stack(qs, axis=1)
+            for _ in range(2):
+                c = q.T @ v
+                v = v - q @ c
+                coef = coef + c
+        norm = jnp.sqrt(jnp.sum(v * v))
+        r = r.at[:j, j].set(coef).at[j, j].set(norm)
+        qs.append(v / jnp.where(norm > 0, norm, 1.0))
+    return jnp.stack(qs, axis=1), r
+
+
+def upper_triangular_inverse(r: Float[Array, "p p"]) -> Float[Array, "p p"]:
+    """Inverse of an upper-triangular matrix by unrolled back substitution; no LAPACK call."""
+    p = r.shape[0]
+    rows = [None] * p
+    eye = jnp.eye(p, dtype=r.dtype)
+    for i in range(p - 1, -1, -1):
+        acc = eye[i]
+        for k in range(i + 1, p):
+            acc = acc - r[i, k] * rows[k]
+        rows[i] = acc / r[i, i]
+    return jnp.stack(rows, axis=0)

@@ -25,7 +25,16 @@ from ..excitation import Multisine
 from ..model import LINEAR_PARAMETERS, TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients, line_noise_variance
-from .base import CONVERGED, SINGULAR, Estimate, linear_system, register, resolve_unknowns
+from .base import (
+    CONVERGED,
+    SINGULAR,
+    Estimate,
+    linear_system,
+    register,
+    resolve_unknowns,
+    small_qr,
+    upper_triangular_inverse,
+)
 
 __all__ = ["equation_error", "equation_error_fit", "line_variance", "solve_least_squares"]
 
@@ -65,17 +74,19 @@ def line_variance(
 
 
 def solve_least_squares(a: Float[Array, "n p"], b: Float[Array, " n"], rcond: float = _RCOND):
-    """``argmin ||a θ − b||`` by SVD of the column-scaled ``a``.
+    """``argmin ||a θ − b||`` by a thin QR of the column-scaled ``a`` (``small_qr``, no LAPACK).
 
     Returns ``(θ, pinv, singular)``: the solution, the pseudo-inverse ``(p, n)`` and a bool that
-    is ``True`` if ``a`` is rank-deficient (relative singular value below ``rcond``) or not finite.
+    is ``True`` if ``a`` is rank-deficient (a diagonal entry of ``R`` below ``rcond`` times the
+    largest) or not finite; the solution is then not to be used.
     """
-    scale = jnp.linalg.norm(a, axis=0)
+    scale = jnp.sqrt(jnp.sum(a * a, axis=0))
     scale = jnp.where(scale > 0, scale, 1.0)
-    u, s, vt = jnp.linalg.svd(a / scale, full_matrices=False)
-    singular = ~(jnp.all(jnp.isfinite(s)) & (s[-1] > rcond * s[0]))
-    s_safe = jnp.where(s > rcond * s[0], s, jnp.inf)
-    pinv = (vt.T / s_safe) @ u.T / scale[:, None]
+    q, r = small_qr(a / scale)
+    d = jnp.abs(jnp.diag(r))
+    singular = ~(jnp.all(jnp.isfinite(r)) & (jnp.min(d) > rcond * jnp.max(d)))
+    r_safe = r + jnp.diag(jnp.where(d > rcond * jnp.max(d), 0.0, 1.0))
+    pinv = upper_triangular_inverse(r_safe) @ q.T / scale[:, None]
     return pinv @ b, pinv, singular
 
 

@@ -43,6 +43,8 @@ from .base import (
     parameter_values,
     register,
     resolve_unknowns,
+    small_qr,
+    upper_triangular_inverse,
 )
 from .equation_error import Weighting, equation_error_fit, line_variance
 
@@ -79,13 +81,14 @@ def output_error_residual(
 def gauss_newton_covariance(residual: Callable[[Array], Array], theta: Array) -> tuple[Array, Array]:
     """``((JᵀJ)⁻¹, singular)`` for a whitened residual at ``theta`` (``singular`` is a bool)."""
     j = jax.jacfwd(residual)(theta)
-    info = j.T @ j
-    scale = jnp.sqrt(jnp.diag(info))
+    scale = jnp.sqrt(jnp.sum(j * j, axis=0))
     scale = jnp.where(scale > 0, scale, 1.0)
-    normed = info / scale[:, None] / scale[None, :]
-    eig = jnp.linalg.eigvalsh(normed)
-    singular = ~(jnp.all(jnp.isfinite(eig)) & (eig[0] > 1e-14 * eig[-1]))
-    cov = jnp.linalg.inv(normed) / scale[:, None] / scale[None, :]
+    # (JᵀJ)⁻¹ = R⁻¹ R⁻ᵀ from a thin QR of the column-scaled J (no LAPACK, see base.small_qr).
+    _, r = small_qr(j / scale)
+    d = jnp.abs(jnp.diag(r))
+    singular = ~(jnp.all(jnp.isfinite(r)) & (jnp.min(d) > 1e-7 * jnp.max(d)))
+    rinv = upper_triangular_inverse(r)
+    cov = (rinv @ rinv.T) / scale[:, None] / scale[None, :]
     return cov, singular
 
 
