@@ -47,13 +47,40 @@ from .simulation import (
 
 __version__ = "0.1.0"
 from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
-from .crlb import cramer_rao_bound, fisher_information, linear_crlb, linear_fisher_information, linear_response
+from .crlb import (
+    cramer_rao_bound,
+    fisher_information,
+    linear_crlb,
+    linear_fisher_information,
+    linear_phasors,
+    linear_response,
+    spectral_fisher_information,
+)
 from .derivatives import noise_variance, periodic_derivatives
 from .design import RmsePrediction, design_scale, predict_rmse
-from .estimators import CONVERGED, ESTIMATOR_STATUS, ESTIMATORS, Estimate, get_estimator
+from .estimators import (
+    CONVERGED,
+    ESTIMATOR_STATUS,
+    ESTIMATORS,
+    FAILED,
+    MAX_ITERATIONS,
+    SINGULAR,
+    UNSTRUCTURED_NAMES,
+    Estimate,
+    equation_error,
+    get_estimator,
+    linear_system,
+    ml,
+    paper_fit,
+    paper_masses,
+    paper_template_response,
+    parameter_values,
+)
+from .estimators.ekf import ekf, extended_kalman_filter, ukf, unscented_kalman_filter
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
+from .estimators.rls import idim_iv, idim_ls, rls
 from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_std
 from .report import summarise, write_tables
-from .spectrum import Spectrum, fourier_coefficients
+from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
 from .study import RunExists, run_experiment
