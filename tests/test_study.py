@@ -23,7 +23,13 @@ EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
 def tiny(chunk=3, trials=5, estimators=("equation_error", "ml")):
     return parse_experiment(
         {
-            "experiment": {"name": "tiny", "seed": 5, "trials": trials, "chunk": chunk, "plots": ["estimators", "rmse_vs_scale"]},
+            "experiment": {
+                "name": "tiny",
+                "seed": 5,
+                "trials": trials,
+                "chunk": chunk,
+                "plots": ["estimators", "rmse_vs_scale"],
+            },
             "defaults": {
                 "unknowns": ["m1", "m2", "fv1", "fv2"],
                 "lines": "split",
@@ -43,7 +49,9 @@ def tiny(chunk=3, trials=5, estimators=("equation_error", "ml")):
 
 def trials_table(run_dir):
     df = pd.read_parquet(Path(run_dir) / "trials.parquet")
-    return df.drop(columns=["seconds"]).sort_values(["setting", "estimator", "parameter", "trial"]).reset_index(drop=True)
+    return (
+        df.drop(columns=["seconds"]).sort_values(["setting", "estimator", "parameter", "trial"]).reset_index(drop=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +64,17 @@ def reference(tmp_path_factory):
 def test_run_writes_tables_and_statistics(reference):
     summary = pd.read_csv(reference / "summary.csv")
     trials = trials_table(reference)
-    assert set(summary.columns) >= {"truth", "bias", "std", "rmse", "sqrt_crlb", "std_over_sqrt_crlb", "coverage95", "failed", "seconds_per_trial"}
+    assert set(summary.columns) >= {
+        "truth",
+        "bias",
+        "std",
+        "rmse",
+        "sqrt_crlb",
+        "std_over_sqrt_crlb",
+        "coverage95",
+        "failed",
+        "seconds_per_trial",
+    }
     # 2 settings x 2 estimators x 4 parameters, 5 trials each
     assert len(summary) == 16 and len(trials) == 16 * 5
     # the summary is recomputed from the trial rows: check one group by hand
@@ -162,7 +180,12 @@ def test_one_and_four_devices_give_identical_tables(tmp_path):
     for n in (1, 4):
         out = tmp_path / f"dev{n}"
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, str(n), str(out), str(Path(__file__).parent)], check=True, env=env, timeout=600)
+        subprocess.run(
+            [sys.executable, "-c", _DEVICE_SCRIPT, str(n), str(out), str(Path(__file__).parent)],
+            check=True,
+            env=env,
+            timeout=600,
+        )
         assert json.loads((out / "manifest.json").read_text())["device_count"] == n
         outs.append(trials_table(out))
     pd.testing.assert_frame_equal(outs[0], outs[1])
