@@ -118,27 +118,13 @@ def _curve(summary: pd.DataFrame, x: str, out: Path, name: str, title: str, logx
             line = ax.plot(ge[x], ge["rmse"], marker="o", label=f"{est} RMSE")[0]
             if bias:
                 ax.plot(ge[x], ge["bias"].abs(), marker="x", ls=":", color=line.get_color(), label=f"{est} |bias|")
+        bounds = (("sqrt_crlb", "k--", "√CRLB (linear model)"), ("sqrt_crlb_nonlinear", "k:", "√CRLB (nonlinear arm)"))
         for i, (_, gc) in enumerate(g.groupby([c for c in others] or (lambda _: 0), sort=False)):
-            crlb = gc.groupby(x)["sqrt_crlb"].first()
-            if crlb.notna().any():
-                ax.plot(
-                    crlb.index,
-                    crlb.values,
-                    "k--",
-                    lw=1.5,
-                    alpha=1.0 / (1 + i),
-                    label="√CRLB (linear model)" if i == 0 else None,
-                )
-            if "sqrt_crlb_nonlinear" in gc:
-                nl = gc.groupby(x)["sqrt_crlb_nonlinear"].first()
-                if nl.notna().any():
+            for column, style, label in bounds:
+                curve = gc.groupby(x)[column].first() if column in gc else pd.Series(dtype=float)
+                if curve.notna().any():
                     ax.plot(
-                        nl.index,
-                        nl.values,
-                        "k:",
-                        lw=1.5,
-                        alpha=1.0 / (1 + i),
-                        label="√CRLB (nonlinear arm)" if i == 0 else None,
+                        curve.index, curve.values, style, lw=1.5, alpha=1.0 / (1 + i), label=label if i == 0 else None
                     )
         ax.set_title(par)
         ax.set_xlabel(x)
