@@ -178,13 +178,13 @@ def plot_convergence(history: pd.DataFrame, summary: pd.DataFrame, out: Path) ->
                 & (summary["parameter"] == par)
                 & ~summary["estimator"].isin(g["estimator"].unique())
             ]
-            for _, row in fd.iterrows():
+            for k, (_, row) in enumerate(fd.iterrows()):
                 ax.axhline(
                     row["mean"],
                     ls="--",
                     lw=1,
                     label=f"{row['estimator']} (mean)",
-                    color=sns.color_palette()[hash(row["estimator"]) % 10],
+                    color=sns.color_palette()[(3 + k) % 10],
                 )
             lo, hi = gp["truth"].iloc[0] * 0.5, gp["truth"].iloc[0] * 1.5
             ax.set_ylim(min(lo, hi), max(lo, hi))
