@@ -207,9 +207,12 @@ def _process_slice(tree):
     Returns ``(local tree, n, lo, hi)``: trials ``lo:hi`` of ``n`` are this process's (all of
     them in a one-process run).
     """
-    tree = jax.tree.map(_host, tree)
     n = jax.tree.leaves(tree)[0].shape[0]
     count, index = jax.process_count(), jax.process_index()
+    if count == 1:
+        # Gather onto one device without a round trip through host memory.
+        return jax.device_put(tree, jax.local_devices()[0]), n, 0, n
+    tree = jax.tree.map(_host, tree)
     per = -(-n // count)
     lo, hi = min(index * per, n), min((index + 1) * per, n)
     if hi == lo:  # more processes than trials: compute a dummy trial, drop it when gathering
@@ -526,7 +529,7 @@ def run_experiment(
             if bar:
                 bar.update(1)
         if extras_missing:
-            _write_setting_extras(exp, plan, out)
+            _write_setting_extras(exp, plan, out, cache)
     if bar:
         bar.close()
     _sync("jaxid-done")
@@ -546,7 +549,7 @@ def run_experiment(
     return out
 
 
-def _write_setting_extras(exp: Experiment, plan: _SettingPlan, out: Path) -> None:
+def _write_setting_extras(exp: Experiment, plan: _SettingPlan, out: Path, cache: dict) -> None:
     """Per-setting tables that need the model: CRLB and the Fourier-coefficient comparison."""
     s = plan.setting
     path = out / "chunks" / s.name / "extras.json"
@@ -586,12 +589,12 @@ def _write_setting_extras(exp: Experiment, plan: _SettingPlan, out: Path) -> Non
             extras["crlb_nonlinear"] = {u: float(np.sqrt(cov[i, i])) for i, u in enumerate(unknowns)}
         except Exception as err:
             extras["crlb_nonlinear_error"] = f"{type(err).__name__}: {err}"
-    extras["coefficients"] = _coefficients_table(exp, plan)
+    extras["coefficients"] = _coefficients_table(exp, plan, cache)
     extras["noise_mean"] = noise_mean(s["noise"], s["noise_level"])
     _atomic_write_text(json.dumps(extras, indent=1, default=float), path)
 
 
-def _coefficients_table(exp: Experiment, plan: _SettingPlan) -> list[dict]:
+def _coefficients_table(exp: Experiment, plan: _SettingPlan, cache: dict) -> list[dict]:
     """Theoretical (linearised, exact) vs extracted (noise-free and one noisy record) line coefficients."""
     try:
         from .spectrum import fourier_coefficients
@@ -600,8 +603,11 @@ def _coefficients_table(exp: Experiment, plan: _SettingPlan) -> list[dict]:
     from .linearisation import linearise
 
     s = plan.setting
-    _, rec = _simulate_sets(exp, plan, np.arange(1))
-    rec0 = jax.tree.map(lambda x: _host(x)[0], rec)
+    if cache.get("sets", (None,))[0] == 0:  # parameter set 0 is still in memory
+        rec = cache["record"]
+    else:
+        _, rec = _simulate_sets(exp, plan, np.arange(1))
+    rec0 = jax.tree.map(lambda x: _host(x[:1])[0], rec)
     noisy = add_noise(rec0, key=trial_key(exp.seed, s.name, 0), kind=s["noise"], level=s["noise_level"])
     lin = linearise(plan.nominal, jnp.asarray(s["q0"], dtype=float))
     omega = jnp.asarray(plan.excitation.line_frequencies)

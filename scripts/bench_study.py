@@ -65,6 +65,7 @@ def main() -> None:
         run_experiment(exp, Path(tmp) / "warm", progress=False, figures=False)
         warm = time.perf_counter() - t0
         trials = pd.read_parquet(Path(tmp) / "warm" / "trials.parquet")
+        warm_manifest = json.loads((Path(tmp) / "warm" / "manifest.json").read_text())
         summary = pd.read_parquet(Path(tmp) / "warm" / "summary.parquet")
 
     # numpy baseline on the same kind of records (first setting), equation error per trial.
@@ -108,6 +109,24 @@ def main() -> None:
     print(f"warm run: {warm:.1f} s -> {rate:.0f} trials/s end to end ({len(estimators)} estimators, spectrum, noise)")
     print(f"numpy equation-error loop: {1 / base_s:.0f} trials/s (one estimator) -> jaxid/numpy = {rate * base_s:.1f}x")
     print(f"numpy mean relative error at noise {levels[0]:.3g}: {base_err:.2e}")
+    parts = warm_manifest["settings"].values()
+    est_s = {}
+    for v in parts:
+        for k, sec in v.get("estimator_seconds", {}).items():
+            est_s[k] = est_s.get(k, 0.0) + sec
+    sim_s = sum(v.get("simulate_seconds", 0.0) for v in parts)
+    chunk_s = sum(v.get("run_seconds", 0.0) for v in parts)
+    print(
+        f"warm breakdown: chunks {chunk_s:.1f} s (simulation {sim_s:.1f} s, estimators "
+        + ", ".join(f"{k} {v:.1f} s = {1e3 * v / total:.2f} ms/trial" for k, v in est_s.items())
+        + f"); the rest ({warm - chunk_s:.1f} s) is per-setting CRLB / coefficient tables and table writing"
+    )
+    eq = est_s.get("equation_error")
+    if eq:
+        print(
+            f"equation_error alone (noise + spectrum + estimate, batched): {total / eq:.0f} trials/s "
+            f"-> {total / eq * base_s:.1f}x the numpy loop"
+        )
     ok = (trials["status"] == "ok").mean()
     print(f"trials ok: {ok:.4f}")
     cols = ["setting", "estimator", "parameter", "rmse", "sqrt_crlb", "std_over_sqrt_crlb"]
