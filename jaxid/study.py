@@ -319,6 +319,9 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: dict) -> 
             unknowns, jnp.broadcast_to(plan.nominal.parameter_vector(unknowns), truth.shape)
         )
     (noisy_s, nominal_s), n, lo, hi = _process_slice((noisy, nominal))
+    # Let nothing else run while an estimator does: two executions in flight at once can stall
+    # jaxlib's batched LAPACK kernels on a CPU (see ``_estimator_fn``).
+    jax.block_until_ready((noisy_s, nominal_s))
     sim_status = _host(trial_rec.status)
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
