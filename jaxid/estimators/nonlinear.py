@@ -413,7 +413,9 @@ def nonlinear_crlb(
     The square roots of its diagonal are the smallest standard deviations an unbiased estimator
     of ``unknowns`` can reach from this experiment with Gaussian angle noise ``noise_std`` [rad].
     """
-    return jnp.linalg.inv(
+    from ..crlb import cramer_rao_bound  # crlb imports the estimators package
+
+    return cramer_rao_bound(
         nonlinear_fisher(
             arm,
             excitation,
