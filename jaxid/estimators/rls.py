@@ -252,6 +252,7 @@ def idim_ls(
         keep=keep,
         cutoff=cutoff,
         order=order,
+        threshold=threshold,
     )
     weights = _joint_weights(y, z, weighting)
     theta, a = _weighted_ls(y, z, weights)
@@ -312,6 +313,7 @@ def rls(
         keep=keep,
         cutoff=cutoff,
         order=order,
+        threshold=threshold,
     )
     p = len(unknowns)
     weights = _joint_weights(y, z, weighting)
