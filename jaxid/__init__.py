@@ -13,6 +13,8 @@ from .excitation import (
     schroeder_phases,
     table2,
 )
+from .integrate import rk4_step, sincos, torque_grid
+from .linalg import inverse_2x2, lstsq, small_qr, solve_2x2
 from .linearisation import LinearArm, corrected_point_mass_state_matrices, linearise, paper_state_matrices
 from .model import (
     PARAMETER_NAMES,
@@ -30,6 +32,7 @@ from .model import (
     regressor,
     table1,
 )
+from .phasors import respond, synthesise
 from .simulation import (
     DIVERGED,
     MAX_STEPS,
@@ -44,6 +47,7 @@ from .simulation import (
     steps_per_period,
     transient_periods,
 )
+from .types import Status, require_float64
 
 __version__ = "0.1.0"
 from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
@@ -83,4 +87,5 @@ from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_
 from .report import summarise, write_tables
 from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
-from .study import RunExists, run_experiment
+from .experiment import run_experiment
+from .study import RunExists

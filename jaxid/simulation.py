@@ -45,11 +45,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int
+from jaxtyping import Array, ArrayLike, Float
 
 from .excitation import Multisine
+from .integrate import sincos
 from .linearisation import LinearArm, linearise
 from .model import TwoLinkArm, forward_dynamics, gravity_torque
+from .types import SIMULATION_STATUSES, Record, Status, steps_per_period
 
 __all__ = [
     "Record",
@@ -66,59 +68,11 @@ __all__ = [
     "steps_per_period",
 ]
 
-SUCCESS, DIVERGED, MAX_STEPS, NOT_STEADY = 0, 1, 2, 3
-STATUS_NAMES = {SUCCESS: "ok", DIVERGED: "diverged", MAX_STEPS: "max_steps", NOT_STEADY: "not_steady"}
+SUCCESS, DIVERGED, MAX_STEPS, NOT_STEADY = Status.SUCCESS, Status.DIVERGED, Status.MAX_STEPS, Status.NOT_STEADY
+STATUS_NAMES = SIMULATION_STATUSES
 
 # A state this large (rad or rad/s) is treated as a runaway trajectory.
 _RUNAWAY = 1e4
-
-
-class Record(eqx.Module):
-    """Measured steady-state record over whole periods.
-
-    Attributes:
-        t: ``(M,)`` sample times [s], ``M = measured_periods · samples_per_period``.
-        tau: ``(M, 2)`` applied joint torques [N m] (``tau0`` included).
-        q: ``(M, 2)`` joint angles [rad] (noise-free until ``add_noise``).
-        status: integer status (``SUCCESS``, ``DIVERGED``, ``MAX_STEPS``, ``NOT_STEADY``).
-        steady_change: largest change of the state ``(q, q')`` between consecutive period
-            boundaries of the measured window, D T … (D + P) T [rad, rad/s].
-        sample_step: static sampling step ``Δ`` [s].
-        period: static period ``T`` [s].
-        measured_periods: static number of measured periods ``P``.
-
-    Under ``vmap`` every array gains a leading batch axis.
-    """
-
-    t: Float[Array, " M"]
-    tau: Float[Array, "M 2"]
-    q: Float[Array, "M 2"]
-    status: Int[Array, ""]
-    steady_change: Float[Array, ""]
-    sample_step: float = eqx.field(static=True)
-    period: float = eqx.field(static=True)
-    measured_periods: int = eqx.field(static=True)
-
-    @property
-    def samples_per_period(self) -> int:
-        return steps_per_period(self.period, self.sample_step)
-
-    def replace(self, **kwargs) -> Record:
-        out = self
-        for name, value in kwargs.items():
-            out = eqx.tree_at(lambda r, name=name: getattr(r, name), out, value)
-        return out
-
-
-def steps_per_period(period: float, step: float) -> int:
-    """``T / Δ`` as an integer; raises if the step does not divide the period."""
-    n = period / step
-    if not (n > 0 and abs(n - round(n)) < 1e-9 * max(1.0, n)):
-        raise ValueError(
-            f"The step {step} s does not divide the period {period} s into a whole number of samples "
-            f"(T/Δ = {n}); choose Δ = T/N for an integer N, e.g. {period / max(1, round(n))}."
-        )
-    return int(round(n))
 
 
 # -- diffrax solver: classic RK4 --------------------------------------------------------------
@@ -195,68 +149,6 @@ def _vector_field(t, y, args):
 
 
 _TERM = diffrax.ODETerm(_vector_field)
-
-
-# -- fast trigonometry -------------------------------------------------------------------------
-
-# fdlibm's Cody–Waite split of π/2 (33 leading bits, so k · _PIO2_HI is exact for |k| < 2**20)
-# and its kernel polynomials for sin and cos on [-π/4, π/4].
-_PIO2_HI = 1.57079632673412561417e00
-_PIO2_LO = 6.07710050650619224932e-11
-_TWO_OVER_PI = 6.36619772367581382433e-01
-_SIN_COEFFS = (
-    -1.66666666666666324348e-01,
-    8.33333333332248946124e-03,
-    -1.98412698298579493134e-04,
-    2.75573137070700676789e-06,
-    -2.50507602534068634195e-08,
-    1.58969099521155010221e-10,
-)
-_COS_COEFFS = (
-    4.16666666666666019037e-02,
-    -1.38888888888741095749e-03,
-    2.48015872894767294178e-05,
-    -2.75573143513906633035e-07,
-    2.08757232129817482790e-09,
-    -1.13596475577881948265e-11,
-)
-
-
-def _horner(z: Array, coeffs: tuple[float, ...]) -> Array:
-    out = jnp.full_like(z, coeffs[-1])
-    for c in coeffs[-2::-1]:
-        out = c + z * out
-    return out
-
-
-@jax.custom_jvp
-def sincos(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, "*s"]]:
-    """``(sin x, cos x)`` sharing one range reduction; within 1 ulp of libm for ``|x| < 1e6``.
-
-    Cody–Waite reduction to ``r ∈ [-π/4, π/4]`` and fdlibm's kernel polynomials. Accuracy degrades
-    for ``|x| ≳ 1.6e6`` (states that large are flagged ``DIVERGED`` anyway); non-finite ``x``
-    gives NaN. Plain elementwise arithmetic, so XLA vectorises it (its own float64 sin/cos on
-    CPU are slow). Differentiable (custom JVP ``d sin = cos dx``).
-    """
-    x = jnp.asarray(x)
-    k = jnp.round(x * _TWO_OVER_PI)
-    r = (x - k * _PIO2_HI) - k * _PIO2_LO
-    z = r * r
-    s = r + r * z * _horner(z, _SIN_COEFFS)
-    hz = 0.5 * z
-    w = 1.0 - hz
-    c = w + (((1.0 - w) - hz) + z * z * _horner(z, _COS_COEFFS))
-    quadrant = jnp.mod(k, 4.0)
-    sin = jnp.where(quadrant == 0, s, jnp.where(quadrant == 1, c, jnp.where(quadrant == 2, -s, -c)))
-    cos = jnp.where(quadrant == 0, c, jnp.where(quadrant == 1, -s, jnp.where(quadrant == 2, -c, s)))
-    return sin, cos
-
-
-@sincos.defjvp
-def _sincos_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    s, c = sincos(x)
-    return (s, c), (c * dx, -s * dx)
 
 
 # -- hand-written fixed-step RK4 ----------------------------------------------------------------

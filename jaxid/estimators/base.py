@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int
+from jaxtyping import Array, ArrayLike, Float
 
+from ..linalg import inverse_2x2, small_qr, upper_triangular_inverse
 from ..linearisation import LinearArm, linearise
 from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, validate_unknowns
+from ..types import ESTIMATOR_STATUSES, Estimate, Status
 
 __all__ = [
     "Estimate",
@@ -53,26 +55,8 @@ __all__ = [
     "upper_triangular_inverse",
 ]
 
-CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR = 0, 1, 2, 3
-ESTIMATOR_STATUS = {CONVERGED: "ok", FAILED: "failed", MAX_ITERATIONS: "max_iterations", SINGULAR: "singular"}
-
-
-class Estimate(eqx.Module):
-    """An estimate of the unknown parameters.
-
-    Attributes:
-        value: ``(p,)`` estimate, in the order of ``names``.
-        covariance: ``(p, p)`` estimated covariance of ``value`` (from the data's noise level).
-        status: integer status (``CONVERGED``, ``FAILED``, ``MAX_ITERATIONS``, ``SINGULAR``).
-        names: static tuple of parameter names.
-        history: optional ``(n, p)`` estimate over time/iterations (recursive estimators).
-    """
-
-    value: Float[Array, " p"]
-    covariance: Float[Array, "p p"]
-    status: Int[Array, ""]
-    names: tuple[str, ...] = eqx.field(static=True)
-    history: Float[Array, "n p"] | None = None
+CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR = Status.CONVERGED, Status.FAILED, Status.MAX_ITERATIONS, Status.SINGULAR
+ESTIMATOR_STATUS = ESTIMATOR_STATUSES
 
 
 ESTIMATORS: dict[str, Callable[..., Estimate]] = {}
@@ -227,54 +211,3 @@ def impedance_model(
     jac = jax.jacfwd(split)(zero)  # (2, L, 2, 2, p), exact for an affine map
     zi = jac[0] + 1j * jac[1]
     return lambda theta: z0 + zi @ theta.astype(zi.dtype)
-
-
-def inverse_2x2(z: Array) -> Array:
-    """Closed-form inverse of a stack of 2x2 matrices ``(..., 2, 2)``."""
-    a, b, c, d = z[..., 0, 0], z[..., 0, 1], z[..., 1, 0], z[..., 1, 1]
-    det = a * d - b * c
-    return jnp.stack([jnp.stack([d, -b], -1), jnp.stack([-c, a], -1)], -2) / det[..., None, None]
-
-
-# -- LAPACK-free small linear algebra ---------------------------------------------------------
-#
-# jaxlib 0.10's CPU LAPACK kernels split a batched call over XLA's intra-op thread pool and block
-# until the pieces finish. When two such calls run concurrently (independent ops in one compiled
-# program, e.g. the paper's two per-joint fits, or equation error next to an optimiser loop) they
-# can occupy every pool thread and wait on each other forever: a deadlock seen here on 2 cores for
-# batches of a few hundred trials. The estimators therefore do their small (p <= 8 columns) least
-# squares with these unrolled routines, which compile to plain XLA arithmetic.
-
-
-def small_qr(a: Float[Array, "n p"]) -> tuple[Float[Array, "n p"], Float[Array, "p p"]]:
-    """Thin QR of a tall matrix with few columns by classical Gram–Schmidt with
-    re-orthogonalisation (CGS2), unrolled over the static column count; no LAPACK call."""
-    n, p = a.shape
-    qs = []
-    r = jnp.zeros((p, p), dtype=a.dtype)
-    for j in range(p):
-        v = a[:, j]
-        coef = jnp.zeros((j,), dtype=a.dtype)
-        if j:
-            q = jnp.stack(qs, axis=1)
-            for _ in range(2):
-                c = q.T @ v
-                v = v - q @ c
-                coef = coef + c
-        norm = jnp.sqrt(jnp.sum(v * v))
-        r = r.at[:j, j].set(coef).at[j, j].set(norm)
-        qs.append(v / jnp.where(norm > 0, norm, 1.0))
-    return jnp.stack(qs, axis=1), r
-
-
-def upper_triangular_inverse(r: Float[Array, "p p"]) -> Float[Array, "p p"]:
-    """Inverse of an upper-triangular matrix by unrolled back substitution; no LAPACK call."""
-    p = r.shape[0]
-    rows = [None] * p
-    eye = jnp.eye(p, dtype=r.dtype)
-    for i in range(p - 1, -1, -1):
-        acc = eye[i]
-        for k in range(i + 1, p):
-            acc = acc - r[i, k] * rows[k]
-        rows[i] = acc / r[i, i]
-    return jnp.stack(rows, axis=0)

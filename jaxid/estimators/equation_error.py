@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
+from ..linalg import lstsq
 from ..model import LINEAR_PARAMETERS, TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients, line_noise_variance
@@ -32,8 +33,6 @@ from .base import (
     linear_system,
     register,
     resolve_unknowns,
-    small_qr,
-    upper_triangular_inverse,
 )
 
 __all__ = ["equation_error", "equation_error_fit", "line_variance", "solve_least_squares"]
@@ -74,20 +73,8 @@ def line_variance(
 
 
 def solve_least_squares(a: Float[Array, "n p"], b: Float[Array, " n"], rcond: float = _RCOND):
-    """``argmin ||a θ − b||`` by a thin QR of the column-scaled ``a`` (``small_qr``, no LAPACK).
-
-    Returns ``(θ, pinv, singular)``: the solution, the pseudo-inverse ``(p, n)`` and a bool that
-    is ``True`` if ``a`` is rank-deficient (a diagonal entry of ``R`` below ``rcond`` times the
-    largest) or not finite; the solution is then not to be used.
-    """
-    scale = jnp.sqrt(jnp.sum(a * a, axis=0))
-    scale = jnp.where(scale > 0, scale, 1.0)
-    q, r = small_qr(a / scale)
-    d = jnp.abs(jnp.diag(r))
-    singular = ~(jnp.all(jnp.isfinite(r)) & (jnp.min(d) > rcond * jnp.max(d)))
-    r_safe = r + jnp.diag(jnp.where(d > rcond * jnp.max(d), 0.0, 1.0))
-    pinv = upper_triangular_inverse(r_safe) @ q.T / scale[:, None]
-    return pinv @ b, pinv, singular
+    """``argmin ||a θ − b||``; ``jaxid.linalg.lstsq`` (kept under this name)."""
+    return lstsq(a, b, rcond)
 
 
 def _check_linear(unknowns: Sequence[str], who: str) -> tuple[tuple[str, ...], bool]:

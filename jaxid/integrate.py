@@ -1,0 +1,127 @@
+"""The one discretisation: a classic RK4 step, the torque on its stage grid, and fast trigonometry.
+
+Every consumer that integrates the arm in fixed steps — ``simulate`` (its fast path and the
+diffrax ``RK4`` path), the shooting period map of ``jaxid.steady_state`` and the EKF/UKF
+transition — takes one step with ``rk4_step`` and its stage torques from ``torque_grid``, so
+they integrate the *same* discrete dynamics.
+
+- ``rk4_step(rates, y, stage_torques, h)``: one step of the classic fourth-order Runge–Kutta
+  method for ``y' = f(y, tau(t))``; ``y`` is any pytree (the fast simulator carries a tuple of
+  four scalars, which vectorises best under ``vmap``), the torque enters only at the stage times
+  ``t, t + h/2, t + h``.
+- ``torque_grid(excitation, h, steps)``: the unit-scale multisine at those stage times for each
+  step of one period, computed once in float64 (``(steps, 3, 2)``); a trial's torque is
+  ``offset + scale · grid``.
+- ``sincos(x)``: ``(sin x, cos x)`` sharing one range reduction (within 1 ulp of libm for
+  ``|x| < 1e6``); XLA's float64 sin/cos on CPU are slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from .excitation import Multisine
+
+__all__ = ["rk4_step", "torque_grid", "sincos"]
+
+
+def rk4_step(rates: Callable, y, stage_torques: Float[Array, "3 2"], h: float):
+    """One classic RK4 step of length ``h`` [s] for ``y' = rates(y, tau)``.
+
+    Args:
+        rates: ``f(y, tau) -> y'`` with the structure of ``y`` (a pytree of arrays).
+        y: the state at ``t``.
+        stage_torques: ``(3, 2)`` torques [N m] at ``t``, ``t + h/2`` and ``t + h``
+            (``torque_grid`` rows, offset and scaled).
+        h: static step [s].
+
+    Returns the state at ``t + h``: ``y + h/6 (k1 + 2 (k2 + k3) + k4)``. Pure;
+    ``jit``/``vmap``/``grad``-compatible.
+    """
+
+    def shift(k, c):
+        return jax.tree.map(lambda a, x: a + c * x, y, k)
+
+    k1 = rates(y, stage_torques[0])
+    k2 = rates(shift(k1, 0.5 * h), stage_torques[1])
+    k3 = rates(shift(k2, 0.5 * h), stage_torques[1])
+    k4 = rates(shift(k3, h), stage_torques[2])
+    return jax.tree.map(lambda a, x1, x2, x3, x4: a + (h / 6) * (x1 + 2 * (x2 + x3) + x4), y, k1, k2, k3, k4)
+
+
+def torque_grid(excitation: Multisine, h: float, steps: int) -> Float[Array, "steps 3 2"]:
+    """Unit-scale torque ``u(t)/scale`` [N m] at the RK4 stage times of each step of one period.
+
+    Row ``n`` holds ``u`` at ``n h``, ``(n + 1/2) h`` and ``(n + 1) h`` (the last row ends at
+    ``steps · h``, normally the period ``T``, evaluated there rather than wrapped to 0). The grid
+    does not depend on the excitation's ``scale`` (traced per trial): multiply by it.
+    """
+    u = excitation.replace(scale=1.0).torque(jnp.arange(2 * steps + 1) * (h / 2))
+    return jnp.stack([u[0:-1:2], u[1::2], u[2::2]], axis=1)
+
+
+# -- fast trigonometry -------------------------------------------------------------------------
+
+# fdlibm's Cody–Waite split of π/2 (33 leading bits, so k · _PIO2_HI is exact for |k| < 2**20)
+# and its kernel polynomials for sin and cos on [-π/4, π/4].
+_PIO2_HI = 1.57079632673412561417e00
+_PIO2_LO = 6.07710050650619224932e-11
+_TWO_OVER_PI = 6.36619772367581382433e-01
+_SIN_COEFFS = (
+    -1.66666666666666324348e-01,
+    8.33333333332248946124e-03,
+    -1.98412698298579493134e-04,
+    2.75573137070700676789e-06,
+    -2.50507602534068634195e-08,
+    1.58969099521155010221e-10,
+)
+_COS_COEFFS = (
+    4.16666666666666019037e-02,
+    -1.38888888888741095749e-03,
+    2.48015872894767294178e-05,
+    -2.75573143513906633035e-07,
+    2.08757232129817482790e-09,
+    -1.13596475577881948265e-11,
+)
+
+
+def _horner(z: Array, coeffs: tuple[float, ...]) -> Array:
+    out = jnp.full_like(z, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        out = c + z * out
+    return out
+
+
+@jax.custom_jvp
+def sincos(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, "*s"]]:
+    """``(sin x, cos x)`` sharing one range reduction; within 1 ulp of libm for ``|x| < 1e6``.
+
+    Cody–Waite reduction to ``r ∈ [-π/4, π/4]`` and fdlibm's kernel polynomials, in float64 (the
+    split of π/2 assumes float64; in float32 the reduction loses accuracy — the simulator refuses
+    float32). Accuracy degrades for ``|x| ≳ 1.6e6`` (states that large are flagged ``DIVERGED``
+    anyway); non-finite ``x`` gives NaN. Plain elementwise arithmetic, so XLA vectorises it.
+    Differentiable (custom JVP ``d sin = cos dx``).
+    """
+    x = jnp.asarray(x)
+    k = jnp.round(x * _TWO_OVER_PI)
+    r = (x - k * _PIO2_HI) - k * _PIO2_LO
+    z = r * r
+    s = r + r * z * _horner(z, _SIN_COEFFS)
+    hz = 0.5 * z
+    w = 1.0 - hz
+    c = w + (((1.0 - w) - hz) + z * z * _horner(z, _COS_COEFFS))
+    quadrant = jnp.mod(k, 4.0)
+    sin = jnp.where(quadrant == 0, s, jnp.where(quadrant == 1, c, jnp.where(quadrant == 2, -s, -c)))
+    cos = jnp.where(quadrant == 0, c, jnp.where(quadrant == 1, -s, jnp.where(quadrant == 2, -c, s)))
+    return sin, cos
+
+
+@sincos.defjvp
+def _sincos_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    s, c = sincos(x)
+    return (s, c), (c * dx, -s * dx)

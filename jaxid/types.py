@@ -1,0 +1,171 @@
+"""The data types every stage shares: the measured ``Record``, an ``Estimate``, one ``Status`` enum.
+
+This is the bottom layer: it imports nothing from jaxid. ``jaxid.simulation.Record`` and
+``jaxid.estimators.Estimate`` (and the old status constants) re-export what is defined here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import equinox as eqx
+import jax
+from jaxtyping import Array, Float, Int
+
+__all__ = [
+    "Status",
+    "Record",
+    "Estimate",
+    "require_float64",
+    "steps_per_period",
+    "SIMULATION_STATUSES",
+    "ESTIMATOR_STATUSES",
+]
+
+
+class Status(enum.IntEnum):
+    """Outcome of a simulation or an estimate, stored as an ``int32`` array (batched: one per trial).
+
+    One enum, one meaning per integer value. Simulations report ``SUCCESS``, ``DIVERGED``,
+    ``MAX_STEPS`` or ``NOT_STEADY``; estimators report ``CONVERGED`` (the same value as ``SUCCESS``:
+    both mean "ok"), ``FAILED``, ``MAX_ITERATIONS`` or ``SINGULAR``. The simulation codes keep their
+    historical values 0-3; the estimator failure codes are 4-6 (they were 1-3, colliding with the
+    simulation codes; result tables store only the labels, which are unchanged).
+    ``Status.label(code)`` is the short label written to result tables, ``Status.message(code)``
+    a one-line explanation.
+    """
+
+    SUCCESS = 0
+    DIVERGED = 1
+    MAX_STEPS = 2
+    NOT_STEADY = 3
+    FAILED = 4
+    MAX_ITERATIONS = 5
+    SINGULAR = 6
+    CONVERGED = 0  # alias of SUCCESS (estimators)
+
+    @classmethod
+    def label(cls, code) -> str:
+        """Short label (as in the result tables): ``ok``, ``diverged``, ``max_steps``, ``not_steady``,
+        ``failed``, ``max_iterations``, ``singular``; ``str(code)`` for an unknown code."""
+        try:
+            return _LABELS[cls(int(code))]
+        except ValueError:
+            return str(int(code))
+
+    @classmethod
+    def message(cls, code) -> str:
+        """One line saying what the code means and what to look at."""
+        try:
+            return _MESSAGES[cls(int(code))]
+        except ValueError:
+            return f"unknown status code {int(code)}"
+
+
+_LABELS = {
+    Status.SUCCESS: "ok",
+    Status.DIVERGED: "diverged",
+    Status.MAX_STEPS: "max_steps",
+    Status.NOT_STEADY: "not_steady",
+    Status.FAILED: "failed",
+    Status.MAX_ITERATIONS: "max_iterations",
+    Status.SINGULAR: "singular",
+}
+
+_MESSAGES = {
+    Status.SUCCESS: "ok: the simulation reached its steady state / the estimator converged",
+    Status.DIVERGED: "simulation diverged: a non-finite or runaway state (reduce the excitation scale)",
+    Status.MAX_STEPS: "simulation stopped: the adaptive solver ran out of steps (raise max_steps)",
+    Status.NOT_STEADY: "simulation not steady: the state still changes between periods (discard more periods)",
+    Status.FAILED: "estimator failed: a non-finite estimate or covariance",
+    Status.MAX_ITERATIONS: "estimator stopped at its iteration limit before converging (raise the limit)",
+    Status.SINGULAR: "estimator singular: the unknowns are not identifiable from these data (rank-deficient)",
+}
+
+#: Simulation codes and their table labels (``jaxid.simulation.STATUS_NAMES``).
+SIMULATION_STATUSES = {
+    int(s): _LABELS[s] for s in (Status.SUCCESS, Status.DIVERGED, Status.MAX_STEPS, Status.NOT_STEADY)
+}
+#: Estimator codes and their table labels (``jaxid.estimators.ESTIMATOR_STATUS``).
+ESTIMATOR_STATUSES = {
+    int(s): _LABELS[s] for s in (Status.CONVERGED, Status.FAILED, Status.MAX_ITERATIONS, Status.SINGULAR)
+}
+
+
+def require_float64(who: str) -> None:
+    """Raise ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
+
+    ``who`` names the public entry point in the message. Call it outside ``jit`` (it reads the
+    global config, not the arguments).
+    """
+    if not jax.config.jax_enable_x64:
+        raise ValueError(
+            f'{who} needs float64: call jax.config.update("jax_enable_x64", True) before creating arrays '
+            "(its tolerances are far below float32's reach)."
+        )
+
+
+def steps_per_period(period: float, step: float) -> int:
+    """``T / Δ`` as an integer; raises ``ValueError`` if the step does not divide the period."""
+    n = period / step
+    if not (n > 0 and abs(n - round(n)) < 1e-9 * max(1.0, n)):
+        raise ValueError(
+            f"The step {step} s does not divide the period {period} s into a whole number of samples "
+            f"(T/Δ = {n}); choose Δ = T/N for an integer N, e.g. {period / max(1, round(n))}."
+        )
+    return int(round(n))
+
+
+class Record(eqx.Module):
+    """Measured steady-state record over whole periods.
+
+    Attributes:
+        t: ``(M,)`` sample times [s], ``M = measured_periods · samples_per_period``.
+        tau: ``(M, 2)`` applied joint torques [N m] (``tau0`` included).
+        q: ``(M, 2)`` joint angles [rad] (noise-free until ``add_noise``).
+        status: integer ``Status`` (``SUCCESS``, ``DIVERGED``, ``MAX_STEPS``, ``NOT_STEADY``).
+        steady_change: largest change of the state ``(q, q')`` between consecutive period
+            boundaries of the measured window, D T … (D + P) T [rad, rad/s].
+        sample_step: static sampling step ``Δ`` [s].
+        period: static period ``T`` [s].
+        measured_periods: static number of measured periods ``P``.
+
+    Under ``vmap`` every array gains a leading batch axis.
+    """
+
+    t: Float[Array, " M"]
+    tau: Float[Array, "M 2"]
+    q: Float[Array, "M 2"]
+    status: Int[Array, ""]
+    steady_change: Float[Array, ""]
+    sample_step: float = eqx.field(static=True)
+    period: float = eqx.field(static=True)
+    measured_periods: int = eqx.field(static=True)
+
+    @property
+    def samples_per_period(self) -> int:
+        return steps_per_period(self.period, self.sample_step)
+
+    def replace(self, **kwargs) -> Record:
+        out = self
+        for name, value in kwargs.items():
+            out = eqx.tree_at(lambda r, name=name: getattr(r, name), out, value)
+        return out
+
+
+class Estimate(eqx.Module):
+    """An estimate of the unknown parameters.
+
+    Attributes:
+        value: ``(p,)`` estimate, in the order of ``names``.
+        covariance: ``(p, p)`` estimated covariance of ``value`` (from the data's noise level).
+        status: integer ``Status`` (``CONVERGED``, ``FAILED``, ``MAX_ITERATIONS``, ``SINGULAR``).
+        names: static tuple of parameter names.
+        history: optional ``(n, p)`` estimate over time/iterations (recursive estimators).
+    """
+
+    value: Float[Array, " p"]
+    covariance: Float[Array, "p p"]
+    status: Int[Array, ""]
+    names: tuple[str, ...] = eqx.field(static=True)
+    history: Float[Array, "n p"] | None = None
