@@ -18,18 +18,29 @@ from .linalg import inverse_2x2, lstsq, small_qr, solve_2x2
 from .linearisation import LinearArm, corrected_point_mass_state_matrices, linearise, paper_state_matrices
 from .model import (
     PARAMETER_NAMES,
+    REGRESSOR_PARAMETERS,
+    STANDARD_NAMES,
+    AbstractArm,
+    BaseParameters,
     TwoLinkArm,
+    arm_from_standard,
+    base_parameters,
+    base_regressor,
     coriolis_forces,
+    double_pendulum,
     energy,
     forward_dynamics,
     friction_torque,
     gravity_torque,
+    holding_torque,
     inverse_dynamics,
     kinetic_energy,
     mass_matrix,
     point_mass,
     potential_energy,
     regressor,
+    standard_parameters,
+    standard_regressor,
     table1,
 )
 from .phasors import respond, synthesise
@@ -81,6 +92,20 @@ from .estimators import (
     parameter_values,
 )
 from .estimators.ekf import ekf, extended_kalman_filter, ukf, unscented_kalman_filter
+from .estimators.interface import (
+    EKF,
+    ML,
+    RLS,
+    UKF,
+    AbstractEstimator,
+    EquationError,
+    IdimIV,
+    IdimLS,
+    NonlinearOutputError,
+    Paper,
+    estimator_class,
+    make_estimator,
+)
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .estimators.rls import idim_iv, idim_ls, rls
 from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_std
@@ -89,3 +114,17 @@ from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
 from .experiment import run_experiment
 from .study import RunExists
+from .logs import MeasuredLog, load_log
+from .filters import default_cutoff, differentiate, lowpass
+from .identification import (
+    FilteredLog,
+    Identification,
+    filter_log,
+    free_simulation_rmse,
+    idim_iv as log_idim_iv,
+    idim_ls as log_idim_ls,
+    kalman_filter_fit,
+    output_error,
+    torque_rmse,
+)
+from .fit import load_fit_config, run_fit

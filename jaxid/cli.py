@@ -56,7 +56,8 @@ def cmd_run(args) -> int:
         return 2
     _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
     from .config import ConfigError, load_experiment
-    from .study import RunExists, run_experiment
+    from .experiment import run_experiment
+    from .study import RunExists
 
     try:
         exp = load_experiment(_resolve_config(args.config))
@@ -122,6 +123,33 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_fit(args) -> int:
+    _setup_jax(1)
+    from .config import ConfigError
+    from .fit import FitExists, load_fit_config, run_fit
+
+    try:
+        config = load_fit_config(args.config, data=args.data)
+        out = run_fit(config, args.out, overwrite=args.overwrite, figures=not args.no_figures)
+    except (ConfigError, FitExists, ValueError) as err:
+        print(f"jaxid fit: error: {err}", file=sys.stderr)
+        return 2
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")
+    print(summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False))
+    print(f"Results in {out}/ (parameters.csv, validation.csv, summary.csv, figures/, manifest.json)")
+    return 0
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxid",
@@ -153,6 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild summary tables and figures from a run's tables")
     rep.add_argument("run_dir")
     rep.set_defaults(func=cmd_report)
+    fit = sub.add_parser(
+        "fit",
+        help="identify a real arm from its logs (a fit TOML: runs, model, split, filter, estimators)",
+        description="Fit base parameters on the training logs, validate on the held-out logs beside the reference "
+        "model; writes results/<fit>/.",
+    )
+    fit.add_argument("config", help="path to a fit TOML file (e.g. experiments/fits/double_pendulum.toml)")
+    fit.add_argument("--data", help="directory holding the logs (overrides fit.data)")
+    fit.add_argument("--out", help="results directory (default results/<fit name>)")
+    fit.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
+    fit.add_argument("--no-figures", action="store_true", help="tables and manifest only")
+    fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list the shipped experiments")
     lst.set_defaults(func=cmd_list)
     return parser

@@ -1,0 +1,38 @@
+"""Identification from measured logs (real arms): filtering, IDIM-LS/IV, output error, EKF/UKF.
+
+- ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
+- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
+- ``output_error``: multiple-shooting output error;
+- ``kalman``: the EKF/UKF of ``jaxid.estimators.ekf`` with the regressor model's transition;
+- ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
+- ``figures``: the figures of ``jaxid fit``.
+
+Every estimator takes filtered logs, a regressor ``Y(q, q', q'') -> (..., 2, p)`` and the
+parameter names, so any linear-in-parameters model works (``jaxid.fit`` uses the base regressor).
+"""
+
+from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques
+from .idim import Identification, default_decimation, idim_iv, idim_ls
+from .kalman import kalman_filter_fit
+from .output_error import angle_noise_std, output_error
+from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse
+
+__all__ = [
+    "FilteredLog",
+    "filter_log",
+    "stage_torques",
+    "accelerations",
+    "simulate_segments",
+    "Identification",
+    "idim_ls",
+    "idim_iv",
+    "default_decimation",
+    "output_error",
+    "angle_noise_std",
+    "kalman_filter_fit",
+    "torque_rmse",
+    "free_simulation",
+    "free_simulation_rmse",
+    "frequency_lines",
+    "residual_spectrum",
+]

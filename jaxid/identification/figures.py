@@ -1,0 +1,103 @@
+"""Figures of ``jaxid fit``: measured vs predicted torque, measured vs simulated angles, residual spectra."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .validation import free_simulation, residual_spectrum, torque_prediction
+
+__all__ = ["make_fit_figures"]
+
+
+def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, horizons) -> list[Path]:
+    """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig_dir = Path(out) / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    runs = config.test or config.train
+    shown = {headline: thetas[headline]}
+    if "reference" in thetas:
+        shown["reference"] = thetas["reference"]
+    colours = {headline: "tab:red", "reference": "tab:blue"}
+    names = {headline: f"fit ({headline})", "reference": "lab parameters"}
+    paths = []
+    longest = max(horizons)
+    for run in runs:
+        d = filtered[run]
+        t = np.asarray(d.t)
+        sl = d.usable
+        # Torque: a 3-s window from the middle of the run.
+        mid = t[sl][len(t[sl]) // 2]
+        win = (t >= mid - 1.5) & (t <= mid + 1.5)
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+        for j, ax in enumerate(axes):
+            ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
+            ax.plot(t[win], np.asarray(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
+            for label, theta in shown.items():
+                pred = torque_prediction(d, model.regressor, theta)
+                ax.plot(t[win], pred[win, j], color=colours[label], lw=1.0, label=names[label])
+            ax.set_ylabel(f"τ{j + 1} [N m]")
+        axes[0].set_title(f"{run}: measured vs inverse-dynamics torque (cut-off {d.cutoff_hz:g} Hz)")
+        axes[0].legend(fontsize=7, ncol=4, loc="upper right")
+        axes[-1].set_xlabel("t [s]")
+        fig.tight_layout()
+        paths.append(fig_dir / f"torque_{run}.png")
+        fig.savefig(paths[-1], dpi=90)
+        plt.close(fig)
+
+        # Angles: free simulations restarted every `longest` seconds from the measured state.
+        steps = int(round(longest / d.sample_step))
+        starts = np.arange(sl.start, sl.stop - steps, steps)
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+        for j, ax in enumerate(axes):
+            ax.plot(t[sl], np.asarray(d.q_raw)[sl, j], color="k", lw=1.2, label="measured")
+            for label, theta in shown.items():
+                if starts.size == 0:
+                    continue
+                sim = free_simulation(d, model.regressor, theta, starts, steps)
+                for i, s in enumerate(starts):
+                    ax.plot(
+                        t[s : s + steps + 1],
+                        sim[i, :, j],
+                        color=colours[label],
+                        lw=1.0,
+                        label=names[label] if i == 0 else None,
+                    )
+            ax.set_ylabel(f"q{j + 1} [rad]")
+        axes[0].set_title(f"{run}: free simulation from the measured state every {longest:g} s, measured torque")
+        axes[0].legend(fontsize=7, ncol=3, loc="upper right")
+        axes[-1].set_xlabel("t [s]")
+        fig.tight_layout()
+        paths.append(fig_dir / f"angles_{run}.png")
+        fig.savefig(paths[-1], dpi=90)
+        plt.close(fig)
+
+    # Residual torque spectra over the shown runs.
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    for label, theta in shown.items():
+        psd_sum, freqs = None, None
+        for run in runs:
+            d = filtered[run]
+            resid = (torque_prediction(d, model.regressor, theta) - np.asarray(d.tau_raw))[d.usable]
+            freqs, psd = residual_spectrum(resid, d.sample_step)
+            psd_sum = psd if psd_sum is None else psd_sum + psd
+        for j, ax in enumerate(axes):
+            ax.semilogy(freqs, psd_sum[:, j] / len(runs), color=colours[label], lw=1.0, label=names[label])
+    for j, ax in enumerate(axes):
+        ax.axvline(filtered[runs[0]].cutoff_hz, color="0.5", ls="--", lw=0.8, label="filter cut-off")
+        ax.set_xlim(0, 40)
+        ax.set_xlabel("frequency [Hz]")
+        ax.set_title(f"joint {j + 1}: residual τ_model − τ_measured")
+    axes[0].set_ylabel("PSD [(N m)²/Hz]")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(fig_dir / "residual_spectra.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,278 @@
+"""Inverse-dynamics identification on filtered logs: IDIM-LS (weighted, optionally bounded) and IDIM-IV.
+
+The model is linear in its (base) parameters, ``τ = Y(q, q', q'') θ``, with ``q, q', q''`` from the
+zero-phase filter (``filter_log``) and ``τ`` the same-band low-passed torque. Rows are taken every
+``decimate`` samples of the usable part of each log (default ``⌊f_s / (4 f_c)⌋``: the filtered
+signals carry no information above the cut-off, so closer rows only correlate the residuals).
+
+- **IDIM-LS**: ordinary least squares, then each joint's rows are divided by that joint's residual
+  standard deviation and the problem solved again (weighted LS, Gautier's rule).
+  ``bounds`` switches to a bounded least squares (``scipy.optimize.lsq_linear``) for the
+  physically sign-constrained parameters.
+- **IDIM-IV**: instruments ``Z = Y(q_s, q_s', q_s'')`` from a simulation of the current estimate
+  under the measured (low-passed) torque. The arm is lightly damped and chaotic, so one 10-s
+  simulation would leave the measured trajectory; the simulation restarts every ``segment_s``
+  seconds from the filtered measured state (the instruments then stay correlated with the
+  regressor, and their noise is that of the simulation, not of the measurement).
+  ``θ = (Zᵀ W)⁻¹ Zᵀ τ``, iterated ``iterations`` times from the IDIM-LS estimate.
+
+**Standard deviations** are the usual ``σ̂² (WᵀW)⁻¹`` (IV: ``σ̂² (ZᵀW)⁻¹ ZᵀZ (WᵀZ)⁻¹``) with the
+weighted residual variance ``σ̂²``. They treat the residuals as white and the regressor as exact:
+they ignore the noise and filter bias in ``Y`` (errors in variables), the residuals' correlation
+and the model error, so they are lower bounds on the real uncertainty. Rank and condition number
+are those of the weighted regressor with unit-norm columns (the scale-free condition number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from .data import FilteredLog, Regressor, accelerations, simulate_segments, stage_torques
+
+__all__ = ["Identification", "idim_ls", "idim_iv", "default_decimation", "segment_starts", "regression_rows"]
+
+
+class Identification(eqx.Module):
+    """An estimate of the (base) parameters from logs, with what is needed to judge it.
+
+    Attributes:
+        method: estimator name (``idim_ls``, ``idim_iv``, ``output_error``, ``ekf``, ``ukf``, ``reference``).
+        names: parameter names, the order of ``value``.
+        value: ``(p,)`` estimate. covariance: ``(p, p)`` (see the module docstring for what it ignores).
+        rank, condition: numerical rank and scale-free condition number of the problem's Jacobian
+            (regressor for IDIM, the output-error Jacobian for OE).
+        residual_std: ``(2,)`` per-joint residual standard deviation (torque [N m] for IDIM,
+            angle [rad] for output error and the filters).
+        samples: number of rows (per joint) used. iterations: solver iterations (0 if direct).
+        notes: free text (e.g. the largest continuity gap of multiple shooting).
+    """
+
+    method: str = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    value: np.ndarray
+    covariance: np.ndarray
+    rank: int = eqx.field(static=True)
+    condition: float = eqx.field(static=True)
+    residual_std: np.ndarray
+    samples: int = eqx.field(static=True)
+    iterations: int = eqx.field(static=True, default=0)
+    notes: str = eqx.field(static=True, default="")
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.names, np.asarray(self.value).tolist(), strict=True))
+
+
+def default_decimation(sample_step: float, cutoff_hz: float) -> int:
+    """``max(1, ⌊f_s / (4 f_c)⌋)``: rows about twice the Nyquist rate of the filtered band."""
+    return max(1, int(np.floor(1.0 / (sample_step * 4 * cutoff_hz))))
+
+
+def segment_starts(log: FilteredLog, length: int) -> np.ndarray:
+    """Start indices of consecutive segments of ``length`` steps covering the usable part."""
+    sl = log.usable
+    count = (sl.stop - 1 - sl.start) // length
+    if count < 1:
+        raise ValueError(f"{log.name}: usable part shorter than one segment of {length} steps; shorten segment_s.")
+    return sl.start + length * np.arange(count)
+
+
+def regression_rows(logs: Sequence[FilteredLog], decimate: int) -> list[np.ndarray]:
+    """The row indices used per log (usable part, every ``decimate`` samples)."""
+    return [np.arange(d.usable.start, d.usable.stop, decimate) for d in logs]
+
+
+def _stack(logs, regressor, rows, theta_known=None):
+    ws, ys = [], []
+    reg = jax.jit(regressor)
+    for d, idx in zip(logs, rows, strict=True):
+        ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
+        ys.append(np.asarray(d.tau[idx]))
+    return np.concatenate(ws), np.concatenate(ys)  # (n, 2, p), (n, 2)
+
+
+def _scaled(w):
+    a = w.reshape(-1, w.shape[-1])
+    scale = np.linalg.norm(a, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    return scale
+
+
+def _rank_condition(a_scaled: np.ndarray) -> tuple[int, float]:
+    s = np.linalg.svd(a_scaled, compute_uv=False)
+    tol = max(a_scaled.shape) * np.finfo(float).eps * s[0]
+    rank = int(np.sum(s > tol))
+    return rank, float(s[0] / s[-1]) if s[-1] > 0 else float("inf")
+
+
+def _check_rank(rank, names, a_scaled):
+    if rank < len(names):
+        _, _, vt = np.linalg.svd(a_scaled, full_matrices=False)
+        null = vt[-1]
+        involved = [n for n, c in zip(names, null, strict=True) if abs(c) > 0.1]
+        raise ValueError(
+            f"the regressor has rank {rank} < {len(names)} parameters: {involved} are not separately "
+            "identifiable from these logs; use the base parameters or fix some of them."
+        )
+
+
+def _solve(a, b, bounds, scale):
+    if bounds is None:
+        x, *_ = np.linalg.lstsq(a, b, rcond=None)
+        return x
+    lo, hi = bounds
+    res = lsq_linear(a, b, bounds=(np.asarray(lo) * scale, np.asarray(hi) * scale), method="bvls", lsmr_tol="auto")
+    return res.x
+
+
+def idim_ls(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    decimate: int | None = None,
+    weighted: bool = True,
+    bounds: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> Identification:
+    """IDIM-LS on one or more filtered logs (see the module docstring).
+
+    Args:
+        logs: filtered logs (same model; any lengths). regressor: ``Y(q, q', q'') -> (..., 2, p)``.
+        names: the ``p`` parameter names. decimate: row stride (default ``default_decimation``).
+        weighted: per-joint weighting by the OLS residual std (default ``True``).
+        bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
+
+    Raises ``ValueError`` if the regressor is rank-deficient (names the parameters involved).
+    """
+    names = tuple(names)
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    rows = regression_rows(logs, decimate)
+    w, y = _stack(logs, regressor, rows)
+    scale = _scaled(w)
+    sigma = np.ones(2)
+    a = (w / scale).reshape(-1, len(names))
+    rank, _ = _rank_condition(a)
+    _check_rank(rank, names, a)
+    x = _solve(a, y.reshape(-1), None, scale)
+    if weighted:
+        resid = y - np.einsum("njp,p->nj", w / scale, x)
+        sigma = np.sqrt(np.sum(resid**2, axis=0) / (resid.shape[0] - len(names) / 2))
+    ws = (w / sigma[None, :, None]).reshape(-1, len(names))
+    scale = np.linalg.norm(ws, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    a = ws / scale
+    b = (y / sigma).reshape(-1)
+    x = _solve(a, b, bounds, scale)
+    theta = x / scale
+    return _ls_result("idim_ls" if bounds is None else "idim_ls_bounded", names, theta, w, y, sigma, a, scale)
+
+
+def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes=""):
+    resid = y - np.einsum("njp,p->nj", w, theta)
+    n, p = a.shape
+    weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
+    if cov_scaled is None:
+        cov_scaled = np.linalg.inv(a.T @ a)
+    cov = weighted_var * cov_scaled / np.outer(scale, scale)
+    rank, cond = _rank_condition(a)
+    return Identification(
+        method,
+        tuple(names),
+        np.asarray(theta),
+        cov,
+        rank,
+        cond,
+        np.sqrt(np.mean(resid**2, axis=0)),
+        int(resid.shape[0]),
+        iterations,
+        notes,
+    )
+
+
+def _segment_inputs(log: FilteredLog, length: int):
+    starts = segment_starts(log, length)
+    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
+    stages = np.asarray(stage_torques(log.tau))
+    torques = stages[starts[:, None] + np.arange(length)]
+    return starts, x0, torques
+
+
+def simulated_signals(logs, regressor, theta, segment_s):
+    """Per log: ``(indices, q, qd, qdd)`` of segment-wise simulations restarted from the filtered
+    measured state every ``segment_s`` seconds under the low-passed measured torque."""
+    out = []
+    sim = jax.jit(simulate_segments, static_argnums=(0, 4))
+    acc = jax.jit(jax.vmap(lambda th, q, qd, tau: accelerations(regressor, th, q, qd, tau), (None, 0, 0, 0)))
+    for d in logs:
+        length = max(1, int(round(segment_s / d.sample_step)))
+        starts, x0, torques = _segment_inputs(d, length)
+        states = np.asarray(sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step))
+        idx = (starts[:, None] + np.arange(length)).reshape(-1)
+        states = states[:, :length].reshape(-1, 4)
+        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :2], states[:, 2:], np.asarray(d.tau)[idx]))
+        out.append((idx, states[:, :2], states[:, 2:], qdd))
+    return out
+
+
+def idim_iv(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    start: Identification,
+    iterations: int = 3,
+    segment_s: float = 0.5,
+    decimate: int | None = None,
+) -> Identification:
+    """IDIM-IV: instrumental variables from segment-wise simulations of the current estimate.
+
+    Args:
+        start: the IDIM-LS estimate (its weights ``1/σ_j`` are kept). iterations: IV passes.
+        segment_s: [s] the simulation restarts from the filtered measured state this often.
+        decimate: row stride (default as IDIM-LS).
+
+    Raises ``ValueError`` if the instrument matrix is singular.
+    """
+    names = tuple(names)
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    theta = np.asarray(start.value)
+    reg = jax.jit(regressor)
+    sigma = None
+    for _ in range(iterations):
+        sims = simulated_signals(logs, regressor, theta, segment_s)
+        ws, zs, ys = [], [], []
+        for d, (idx, qs, qds, qdds) in zip(logs, sims, strict=True):
+            keep = np.arange(0, idx.size, decimate)
+            rows = idx[keep]
+            ws.append(np.asarray(reg(d.q[rows], d.qd[rows], d.qdd[rows])))
+            zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
+            ys.append(np.asarray(d.tau[rows]))
+        w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
+        if sigma is None:
+            resid = y - np.einsum("njp,p->nj", w, theta)
+            sigma = np.sqrt(np.mean(resid**2, axis=0))
+        a_w = (w / sigma[None, :, None]).reshape(-1, len(names))
+        a_z = (z / sigma[None, :, None]).reshape(-1, len(names))
+        scale = np.linalg.norm(a_w, axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+        zw = (a_z / scale).T @ (a_w / scale)
+        if not np.all(np.isfinite(zw)) or np.linalg.cond(zw) > 1e12:
+            raise ValueError("IDIM-IV: the instrument matrix is singular; check the simulation (start estimate).")
+        x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
+        theta = x / scale
+    zw_inv = np.linalg.inv(zw)
+    cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
+    return _ls_result(
+        "idim_iv", names, theta, w, y, sigma, a_w / scale, scale, cov_scaled=cov_scaled, iterations=iterations
+    )

@@ -1,0 +1,119 @@
+"""Metrics on held-out logs, the same for every parameter set (an estimate or the lab's values).
+
+- ``torque_rmse``: per joint, the RMS of ``Y(q, q', q'') θ − τ`` on the usable samples of a
+  filtered log (inverse dynamics on the filtered data against the same-band measured torque).
+- ``free_simulation_rmse``: the model simulated from the filtered measured state at start times
+  ``t_usable_start + k · start_every_s`` under the low-passed measured torque, the angle error
+  against the measured angles over the first ``H`` seconds for each horizon ``H``; per joint, the
+  RMS pooled over all starts (only starts whose longest horizon fits in the log are used).
+- ``frequency_lines``: the amplitude and phase of a signal at ``k · f0`` (``k = 1 … harmonics``)
+  by least squares on a whole number of periods (with a constant term), ``x ≈ c + Σ Re{X_k e^{jkω0t}}``
+  (DESIGN §2 phasor convention, ``X = C − jD``).
+- ``residual_spectrum``: Welch power spectral density of the torque residual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import signal
+
+from .data import FilteredLog, Regressor, simulate_segments, stage_torques
+
+__all__ = [
+    "torque_prediction",
+    "torque_rmse",
+    "free_simulation",
+    "free_simulation_rmse",
+    "frequency_lines",
+    "residual_spectrum",
+]
+
+
+def torque_prediction(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
+    """``Y θ`` on every sample of a filtered log, ``(N, 2)`` [N m]."""
+    return np.asarray(
+        jax.jit(lambda q, qd, qdd, th: regressor(q, qd, qdd) @ th)(log.q, log.qd, log.qdd, jnp.asarray(theta))
+    )
+
+
+def torque_rmse(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
+    """Per-joint torque RMSE [N m] on the usable samples (see the module docstring)."""
+    pred = torque_prediction(log, regressor, theta)
+    err = (pred - np.asarray(log.tau))[log.usable]
+    return np.sqrt(np.mean(err**2, axis=0))
+
+
+_sim = jax.jit(simulate_segments, static_argnums=(0, 4))
+
+
+def free_simulation(log: FilteredLog, regressor: Regressor, theta, starts: np.ndarray, steps: int) -> np.ndarray:
+    """Simulated states ``(S, steps + 1, 4)`` from the filtered state at sample indices ``starts``."""
+    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
+    stages = np.asarray(stage_torques(log.tau))
+    torques = stages[starts[:, None] + np.arange(steps)]
+    return np.asarray(_sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step))
+
+
+def simulation_starts(log: FilteredLog, longest_s: float, start_every_s: float) -> tuple[np.ndarray, int]:
+    """Start indices and the number of steps of the longest horizon (see the module docstring)."""
+    h = log.sample_step
+    steps = int(round(longest_s / h))
+    every = max(1, int(round(start_every_s / h)))
+    sl = log.usable
+    starts = np.arange(sl.start, sl.stop - steps, every)
+    if starts.size == 0:
+        raise ValueError(f"{log.name}: the usable part is shorter than the {longest_s} s horizon.")
+    return starts, steps
+
+
+def free_simulation_rmse(
+    log: FilteredLog,
+    regressor: Regressor,
+    theta,
+    horizons_s: Sequence[float] = (0.5, 1.0, 2.0),
+    start_every_s: float = 1.0,
+) -> dict[float, np.ndarray]:
+    """``{H: per-joint angle RMSE [rad]}`` of free simulations (module docstring)."""
+    starts, steps = simulation_starts(log, max(horizons_s), start_every_s)
+    states = free_simulation(log, regressor, theta, starts, steps)
+    meas = np.asarray(log.q_raw)[starts[:, None] + np.arange(steps + 1)]
+    err = states[..., :2] - meas
+    out = {}
+    for horizon in horizons_s:
+        n = int(round(horizon / log.sample_step)) + 1
+        e = err[:, :n]
+        out[float(horizon)] = (
+            np.sqrt(np.mean(e.reshape(-1, 2) ** 2, axis=0)) if np.all(np.isfinite(e)) else np.full(2, np.inf)
+        )
+    return out
+
+
+def frequency_lines(x: np.ndarray, sample_step: float, fundamental_hz: float, harmonics: int) -> np.ndarray:
+    """Complex phasors ``(harmonics, C)`` of ``x`` (``(N, C)``) at ``k · fundamental_hz``.
+
+    Least squares on the largest whole number of fundamental periods from the start of ``x``.
+    Raises ``ValueError`` if ``x`` is shorter than one period.
+    """
+    x = np.asarray(x, dtype=float)
+    n_per = 1.0 / (fundamental_hz * sample_step)
+    periods = int(np.floor(x.shape[0] / n_per))
+    if periods < 1:
+        raise ValueError("the record is shorter than one period of the fundamental.")
+    n = int(np.floor(periods * n_per))
+    t = np.arange(n) * sample_step
+    w = 2 * np.pi * fundamental_hz * np.arange(1, harmonics + 1)
+    basis = np.concatenate([np.ones((n, 1)), np.cos(t[:, None] * w), np.sin(t[:, None] * w)], axis=1)
+    coef, *_ = np.linalg.lstsq(basis, x[:n], rcond=None)
+    c, d = coef[1 : 1 + harmonics], coef[1 + harmonics :]
+    return c - 1j * d
+
+
+def residual_spectrum(residual: np.ndarray, sample_step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Welch PSD ``(frequencies [Hz], psd [(N m)²/Hz] of shape (F, C))`` of a torque residual."""
+    residual = np.asarray(residual, dtype=float)
+    nper = min(1024, residual.shape[0])
+    return signal.welch(residual, fs=1.0 / sample_step, nperseg=nper, axis=0)
