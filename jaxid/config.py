@@ -313,9 +313,37 @@ def _validate_setting(v: dict, where: str) -> dict:
                 f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}"
             )
     v["estimators"] = list(names)
-    for name in v["estimator_options"]:
+    for name, options in v["estimator_options"].items():
         if name not in names:
             raise ConfigError(
                 f"{where}.estimator_options.{name}: {name!r} is not among this setting's estimators {names}."
             )
+        check_estimator_options(name, options, f"{where}.estimator_options.{name}")
     return v
+
+
+#: Arguments every estimator receives from the study runner, never from ``estimator_options``.
+RUNNER_ARGUMENTS = ("record", "excitation", "nominal", "unknowns", "q0", "noise_std")
+
+
+def check_estimator_options(name: str, options: Any, where: str) -> None:
+    """Check an ``estimator_options.<name>`` table before anything runs (``ConfigError``, one line).
+
+    Today the option names are checked against the estimator function's keyword arguments; this
+    is the hook where estimator classes validate names and values as constructor arguments.
+    """
+    if not isinstance(options, dict):
+        raise ConfigError(f"{where} must be a table of options, e.g. {{forgetting = 0.999}}, got {options!r}.")
+    import inspect
+
+    from .estimators import get_estimator
+
+    params = inspect.signature(get_estimator(name)).parameters
+    allowed = [p for p in params if p not in RUNNER_ARGUMENTS and params[p].kind != inspect.Parameter.VAR_KEYWORD]
+    for key in options:
+        if key in RUNNER_ARGUMENTS:
+            raise ConfigError(f"{where}.{key}: set by the study from the setting, not an estimator option.")
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: {name!r} has no option {key!r}; its options: {', '.join(allowed)}.{_suggest(key, allowed)}"
+            )

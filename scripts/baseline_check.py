@@ -7,7 +7,7 @@ estimator variant as one ``jit(vmap(...))`` call; reports bias, std, RMSE, the m
 (from ``Estimate.covariance``), sqrt(CRLB) of the linearised arm, and seconds per trial (second
 call, compile excluded) and compile seconds.
 
-    python scripts/baseline_check.py --trials 50 --scales 1 0.25 --out notes/baseline_check.md
+    python scripts/baseline_check.py --trials 50 --scales 1 0.25 --out /tmp/baseline_check.md
     python scripts/baseline_check.py --trials 50 --full --only idim_ls idim_iv "idim_iv keep=band"
 """
 

@@ -8,7 +8,7 @@ time scaled to ``--trials``; its estimates are checked against the JAX ones on t
 Single XLA CPU device: splitting the batch over two host devices
 (``--xla_force_host_platform_device_count=2``, a sharded ``vmap``) deadlocked in this workload with
 jax 0.10.2 (the optimiser's ``while_loop`` with LAPACK calls), and ``shard_map`` does not trace
-through optimistix/lineax here; see notes/issue3.md.
+through optimistix/lineax here; see docs/lapack-deadlock.md.
 
 Usage:
     python scripts/bench_estimators.py --trials 10000 --chunk 500 --loop-trials 200 [--ml-solver gauss_newton]

@@ -42,7 +42,7 @@ def main() -> None:
 
     import jaxid
     from jaxid.config import parse_experiment
-    from jaxid.study import run_experiment
+    from jaxid.experiment import run_experiment
 
     levels = np.geomspace(0.001, 0.1, args.levels)
     per = args.trials // args.levels

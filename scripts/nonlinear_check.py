@@ -1,4 +1,4 @@
-"""Issue 6 check: nonlinear output error vs its Cramér–Rao bound and the linear-model estimators.
+"""Check: nonlinear output error vs its Cramér–Rao bound and the linear-model estimators.
 
 At the paper's Table 2 amplitudes (scale 1) with the paper's noise (``0.1*rand()``, uniform, std
 0.1/√12) on the point-mass arm, unknowns m1, m2, fv1, fv2: Monte Carlo bias, std and RMSE of

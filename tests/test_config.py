@@ -47,6 +47,9 @@ def test_defaults_and_override_resolution():
         ({"parameters": {"mass1": 2.0}}, ["unknown parameter 'mass1'"]),
         ({"sample": {"m2": {"dist": "uniform"}}}, ["width"]),
         ({"scale": "big"}, ["scale must be a finite number"]),
+        ({"estimator_options": {"equation_error": {"wieghting": "none"}}}, ["no option 'wieghting'", "'weighting'"]),
+        ({"estimator_options": {"equation_error": {"noise_std": 0.1}}}, ["set by the study"]),
+        ({"estimator_options": {"equation_error": 3}}, ["must be a table of options"]),
     ],
 )
 def test_bad_values_have_clear_messages(setting, words):
@@ -54,6 +57,7 @@ def test_bad_values_have_clear_messages(setting, words):
         parse_experiment(base(**setting))
     for w in words:
         assert w in str(err.value)
+    assert "\n" not in str(err.value)  # one line
 
 
 def test_bad_top_level_and_experiment_keys():

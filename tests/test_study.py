@@ -1,5 +1,6 @@
-"""The study runner end to end: shipped smoke settings, resume after a crash, chunk- and
-device-independence, overwrite protection, and the CLI."""
+"""The study runner end to end: shipped smoke settings, resume after a crash, trials that depend
+on their own inputs only (not on the chunk size, the device count, other trials or settings),
+overwrite protection, float64, and the CLI."""
 
 import json
 import os
@@ -11,16 +12,30 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import jaxid.study as study
+import jaxid.study.runner as runner
 from jaxid.cli import main
 from jaxid.config import load_experiment, parse_experiment
-from jaxid.study import RunExists, run_experiment
+from jaxid.experiment import run_experiment
+from jaxid.study import RunExists
 
 ROOT = Path(__file__).parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
 
 
-def tiny(chunk=3, trials=5, estimators=("equation_error", "ml")):
+def tiny(chunk=3, trials=5, estimators=("equation_error", "ml"), extra_setting=False):
+    """Two settings; ``b`` has three sampled parameter sets whose transient lengths differ
+    (``discard_periods = "auto"`` per set: friction ±60 %)."""
+    settings = {
+        "a": {"scale": 0.25},
+        "b": {
+            "scale": 0.5,
+            "sample": {"m2": {"dist": "uniform", "width": 0.1}, "fv1": {"dist": "uniform", "width": 0.6}},
+            "parameter_sets": 3,
+            "discard_periods": "auto",
+        },
+    }
+    if extra_setting:  # inserted before the others: must not change them
+        settings = {"c": {"scale": 0.3, "lines": "same"}, **settings}
     return parse_experiment(
         {
             "experiment": {
@@ -39,10 +54,7 @@ def tiny(chunk=3, trials=5, estimators=("equation_error", "ml")):
                 "noise_level": 0.01,
                 "estimators": list(estimators),
             },
-            "settings": {
-                "a": {"scale": 0.25},
-                "b": {"scale": 0.5, "sample": {"m2": {"dist": "uniform", "width": 0.1}}, "parameter_sets": 2},
-            },
+            "settings": settings,
         }
     )
 
@@ -83,11 +95,14 @@ def test_run_writes_tables_and_statistics(reference):
     row = summary[(summary.setting == "a") & (summary.estimator == "ml") & (summary.parameter == "m2")].iloc[0]
     assert row.rmse == pytest.approx(float(np.sqrt(np.mean(err**2))))
     assert row.bias == pytest.approx(float(err.mean()))
-    # trial -> parameter set mapping: 5 trials over 2 sets -> 3 + 2 draws, truth shared within a set
+    # trial -> parameter set mapping: trial i uses set i mod 3; truth shared within a set
     b = trials[(trials.setting == "b") & (trials.estimator == "ml") & (trials.parameter == "m2")]
-    assert list(b.param_set) == [0, 0, 0, 1, 1]
-    assert b.truth.iloc[0] == b.truth.iloc[2] != b.truth.iloc[3]
+    assert list(b.param_set) == [0, 1, 2, 0, 1]
+    assert b.truth.iloc[0] == b.truth.iloc[3] != b.truth.iloc[1]
     manifest = json.loads((reference / "manifest.json").read_text())
+    # each set's transient from its own arm: the sampled friction gives the sets different lengths
+    assert manifest["settings"]["a"]["discard_periods"] == 2
+    assert isinstance(manifest["settings"]["b"]["discard_periods"], list)
     assert manifest["complete"] and manifest["versions"]["jax"]
     assert "compile_seconds" in manifest["settings"]["a"]
     assert (reference / "figures" / "estimators.png").exists()
@@ -99,9 +114,50 @@ def test_chunk_size_does_not_change_results(reference, tmp_path):
     pd.testing.assert_frame_equal(trials_table(reference), trials_table(tmp_path / "run"))
 
 
+def test_added_trials_and_settings_leave_existing_rows_unchanged(reference, tmp_path):
+    """A trial's row is a function of (seed, setting, trial) and its own parameters only."""
+    run_experiment(tiny(trials=7, extra_setting=True), tmp_path / "run", progress=False, figures=False)
+    more = trials_table(tmp_path / "run")
+    assert set(more.setting) == {"a", "b", "c"} and more.trial.max() == 6
+    old = more[(more.setting != "c") & (more.trial < 5)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(trials_table(reference), old)
+
+
+def test_parameter_sets_keyed_by_index_and_name():
+    import jax
+
+    from jaxid.study import build_arm, parameter_set_of, sample_arms, set_discard_periods, set_key
+    from jaxid.study.sampling import set_keys
+
+    assert list(parameter_set_of(np.arange(7), 3)) == [0, 1, 2, 0, 1, 2, 0]
+    one = tiny().setting("b")
+    nominal = build_arm(one)
+    keys = set_keys(5, "b", np.arange(4))
+    arms = sample_arms(one, nominal, keys)
+    # set i's parameters from its own key: drawing set 2 alone gives the same arm
+    alone = sample_arms(one, nominal, set_keys(5, "b", np.asarray([2])))
+    np.testing.assert_array_equal(jax.random.key_data(set_key(5, "b", 2)), jax.random.key_data(keys[2]))
+    np.testing.assert_array_equal(np.asarray(arms.masses[2]), np.asarray(alone.masses[0]))
+    # a sampled parameter's draws do not depend on which other parameters are sampled
+    only_m2 = parse_experiment(
+        {
+            "experiment": {"name": "t"},
+            "settings": {"b": {"sample": {"m2": {"dist": "uniform", "width": 0.1}}, "parameter_sets": 3}},
+        }
+    ).setting("b")
+    np.testing.assert_array_equal(np.asarray(sample_arms(only_m2, nominal, keys).masses), np.asarray(arms.masses))
+    # each set's transient from its own arm alone
+    discard = set_discard_periods(one, arms, runner.build_excitation(one, 5))
+    single = [
+        set_discard_periods(one, jax.tree.map(lambda x, i=i: x[i : i + 1], arms), runner.build_excitation(one, 5))[0]
+        for i in range(4)
+    ]
+    assert list(discard) == single
+
+
 def test_killed_run_resumes_to_identical_table(reference, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    real = study._run_chunk
+    real = runner._run_chunk
     calls = []
 
     def crash_on_second(exp, plan, index, cache):
@@ -110,13 +166,13 @@ def test_killed_run_resumes_to_identical_table(reference, tmp_path, monkeypatch)
             raise KeyboardInterrupt("simulated kill")
         return real(exp, plan, index, cache)
 
-    monkeypatch.setattr(study, "_run_chunk", crash_on_second)
+    monkeypatch.setattr(runner, "_run_chunk", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(tiny(), out, progress=False, figures=False)
     done = sorted(p.name for p in (out / "chunks" / "a").glob("0*.parquet"))
     assert done == ["00000.parquet"]
     assert not json.loads((out / "manifest.json").read_text())["complete"]
-    monkeypatch.setattr(study, "_run_chunk", real)
+    monkeypatch.setattr(runner, "_run_chunk", real)
     # rerunning the same command finishes without redoing chunk 0
     before = (out / "chunks" / "a" / "00000.parquet").stat().st_mtime_ns
     run_experiment(tiny(), out, progress=False, figures=False)
@@ -169,26 +225,27 @@ import jax
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[3])
 from test_study import tiny
-from jaxid.study import run_experiment
+from jaxid.experiment import run_experiment
 assert len(jax.devices()) == int(sys.argv[1])
-run_experiment(tiny(estimators=("equation_error",)), sys.argv[2], progress=False, figures=False)
+run_experiment(tiny(chunk=int(sys.argv[4]), estimators=("equation_error",)), sys.argv[2], progress=False, figures=False)
 """
 
 
-def test_one_and_four_devices_give_identical_tables(tmp_path):
-    outs = []
-    for n in (1, 4):
-        out = tmp_path / f"dev{n}"
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        subprocess.run(
-            [sys.executable, "-c", _DEVICE_SCRIPT, str(n), str(out), str(Path(__file__).parent)],
-            check=True,
-            env=env,
-            timeout=600,
-        )
-        assert json.loads((out / "manifest.json").read_text())["device_count"] == n
-        outs.append(trials_table(out))
-    pd.testing.assert_frame_equal(outs[0], outs[1])
+def test_four_devices_and_another_chunk_size_give_the_one_device_rows(reference, tmp_path):
+    """Several parameter sets with their own transients, sharded over 4 host devices in chunks
+    of 2: the rows equal the one-device, chunk-3 reference."""
+    out = tmp_path / "dev4"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run(
+        [sys.executable, "-c", _DEVICE_SCRIPT, "4", str(out), str(Path(__file__).parent), "2"],
+        check=True,
+        env=env,
+        timeout=600,
+    )
+    assert json.loads((out / "manifest.json").read_text())["device_count"] == 4
+    ref = trials_table(reference)
+    ref = ref[ref.estimator == "equation_error"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(ref, trials_table(out))
 
 
 def test_two_processes_give_the_one_process_table(reference, tmp_path):
@@ -203,7 +260,7 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
 sys.path.insert(0, sys.argv[4])
 from test_study import tiny
-from jaxid.study import run_experiment
+from jaxid.experiment import run_experiment
 assert jax.process_count() == 2 and len(jax.devices()) == 2
 run_experiment(tiny(), sys.argv[3], progress=False, figures=False)
 """
@@ -218,3 +275,33 @@ run_experiment(tiny(), sys.argv[3], progress=False, figures=False)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device_count"] == 2 and manifest["complete"]
     pd.testing.assert_frame_equal(trials_table(reference), trials_table(out))
+
+
+def test_float32_is_refused_with_a_one_line_message(tmp_path):
+    """The public entry points refuse to run without float64 (the sincos range reduction and the
+    estimators' tolerances assume it)."""
+    import jax
+
+    import jaxid
+    from jaxid.estimators import get_estimator
+
+    arm, exc = jaxid.point_mass(), jaxid.table2("split", 0.25)
+    arms = jax.tree.map(lambda x: x[None], arm)
+    record = jaxid.simulate(arm, exc, sample_step=0.5, discard_periods=0)
+    calls = {
+        "run_experiment": lambda: run_experiment(tiny(), tmp_path / "f32", progress=False),
+        "simulate": lambda: jaxid.simulate(arm, exc, sample_step=0.5),
+        "simulate_batch": lambda: jaxid.simulate_batch(arms, exc, sample_step=0.5),
+        "fourier_coefficients": lambda: jaxid.fourier_coefficients(record, exc),
+        "linear_crlb": lambda: jaxid.linear_crlb(arm, exc, ("m1",), noise_std=0.01),
+        "ml": lambda: get_estimator("ml")(record, exc, arm, unknowns=("m1",)),
+    }
+    jax.config.update("jax_enable_x64", False)
+    try:
+        for who, call in calls.items():
+            with pytest.raises(ValueError, match="jax_enable_x64") as err:
+                call()
+            assert who in str(err.value) and "\n" not in str(err.value)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert not (tmp_path / "f32").exists()
