@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 import equinox as eqx
@@ -14,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ..types import require_float64
 from . import _two_link as eq
-from ._two_link import SinCos
+from ._two_link import OPTIONAL_TERMS, SinCos
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, PARAMETER_NAMES, STANDARD_NAMES, validate_unknowns
 
 __all__ = ["AbstractArm", "TwoLinkArm"]
@@ -139,6 +140,33 @@ _CHECKS = {
 }
 
 
+# optional term -> its field; parameter name -> the optional term it belongs to
+_TERM_FIELDS = {"coulomb": "coulomb", "rotor": "rotor_inertia", "offset": "torque_offset"}
+_TERM_OF = {"fc1": "coulomb", "fc2": "coulomb", "Ir": "rotor", "off1": "offset", "off2": "offset"}
+
+
+def _terms(arm, extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The optional terms ``arm`` needs (traced or non-zero values) plus ``extra``, in order."""
+    extra = (extra,) if isinstance(extra, str) else tuple(extra)
+    for term in extra:
+        if term not in OPTIONAL_TERMS:
+            raise ValueError(f"Unknown optional term {term!r} in active_terms; use some of {list(OPTIONAL_TERMS)}.")
+    needed = set(extra)
+    for term, field in _TERM_FIELDS.items():
+        value = getattr(arm, field)
+        if isinstance(value, jax.core.Tracer) or np.any(np.asarray(value) != 0):
+            needed.add(term)
+    return tuple(t for t in OPTIONAL_TERMS if t in needed)
+
+
+def _copy_with(arm, **changes):
+    # A copy with some fields (static ones included) replaced, without re-running __init__.
+    new = object.__new__(type(arm))
+    for f in dataclasses.fields(arm):
+        object.__setattr__(new, f.name, changes.get(f.name, getattr(arm, f.name)))
+    return new
+
+
 def _pair(value: ArrayLike, name: str) -> Array:
     arr = jnp.asarray(value, dtype=float)
     if arr.shape[-1:] != (2,):
@@ -149,7 +177,7 @@ def _pair(value: ArrayLike, name: str) -> Array:
 def _static_slope(value) -> float:
     try:
         slope = float(value)
-    except (TypeError, jax.errors.ConcretizationTypeError):
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
         raise ValueError(
             f"coulomb_slope is a static option (a Python float, it is not traced), got {value!r}."
         ) from None
@@ -184,6 +212,13 @@ class TwoLinkArm(AbstractArm):
         gear_ratio: ``gr`` [-], known (not a named parameter). Default 1.
         torque_offset: ``(off1, off2)`` [N m], constant offsets of the torque reading. Default 0.
         coulomb_slope: static, ``slope`` of the smooth sign [s/rad]. Default 100 (the lab's).
+        active_terms: static, which optional terms the dynamics evaluate, a sorted subset of
+            ``("coulomb", "rotor", "offset")``. Set automatically: a term is active when its values
+            are non-zero or traced at construction, when ``with_parameters``/``replace`` set one
+            of its parameters, or when named in the ``active_terms`` argument (to compile once for
+            a sweep that includes zero). An inactive term is not evaluated at all: a rigid arm
+            runs the rigid-body arithmetic bit-for-bit at its cost. Change these values with
+            ``with_parameters``/``replace``, not with ``eqx.tree_at`` (which cannot switch a term on).
 
     Every array field may carry leading batch axes (e.g. ``masses`` of shape ``(B, 2)``,
     ``rotor_inertia`` of shape ``(B,)``). Construction checks shapes and, for concrete values,
@@ -206,6 +241,7 @@ class TwoLinkArm(AbstractArm):
     gear_ratio: Float[Array, "*batch"]
     torque_offset: Float[Array, "*batch 2"]
     coulomb_slope: float = eqx.field(static=True)
+    active_terms: tuple[str, ...] = eqx.field(static=True)
 
     def __init__(
         self,
@@ -220,6 +256,7 @@ class TwoLinkArm(AbstractArm):
         gear_ratio: ArrayLike = 1.0,
         torque_offset: ArrayLike = (0.0, 0.0),
         coulomb_slope: float = DEFAULT_COULOMB_SLOPE,
+        active_terms: Sequence[str] = (),
     ):
         require_float64("TwoLinkArm")
         self.masses = _pair(masses, "masses")
@@ -233,6 +270,7 @@ class TwoLinkArm(AbstractArm):
         self.gear_ratio = jnp.asarray(gear_ratio, dtype=float)
         self.torque_offset = _pair(torque_offset, "torque_offset")
         self.coulomb_slope = _static_slope(coulomb_slope)
+        self.active_terms = _terms(self, active_terms)
         self._check_values()
 
     def _check_values(self) -> None:
@@ -291,26 +329,35 @@ class TwoLinkArm(AbstractArm):
             else:
                 new = leaf.at[..., index].set(values[..., i])
             arm = eqx.tree_at(lambda a, field=field: getattr(a, field), arm, new)
+        switched = {_TERM_OF[n] for n in names if n in _TERM_OF}
+        if not switched <= set(arm.active_terms):
+            arm = _copy_with(
+                arm, active_terms=tuple(t for t in OPTIONAL_TERMS if t in switched | set(arm.active_terms))
+            )
         return arm
 
     def replace(self, **kwargs: ArrayLike) -> TwoLinkArm:
         """A copy with fields or named parameters replaced, e.g. ``arm.replace(m2=2.0, gear_ratio=6.0)``.
 
         Fields: ``masses, lengths, com, inertias, friction, gravity, coulomb, rotor_inertia,
-        gear_ratio, torque_offset, coulomb_slope``; parameters: ``PARAMETER_NAMES``. Concrete values
-        are checked as in the constructor (``ValueError``).
+        gear_ratio, torque_offset, coulomb_slope, active_terms``; parameters: ``PARAMETER_NAMES``.
+        Concrete values are checked as in the constructor (``ValueError``). Active optional terms
+        stay active (unless ``active_terms`` is given); setting a Coulomb, rotor or offset value
+        switches its term on.
         """
         fields = {k: v for k, v in kwargs.items() if k not in _FIELDS}
         params = {k: v for k, v in kwargs.items() if k in _FIELDS}
         for name in fields:
-            if name not in (*_ARRAY_FIELDS, "coulomb_slope"):
+            if name not in (*_ARRAY_FIELDS, "coulomb_slope", "active_terms"):
                 raise ValueError(
                     f"TwoLinkArm has no field or parameter {name!r}; use one of {list(PARAMETER_NAMES)} "
-                    f"or the fields {[*_ARRAY_FIELDS, 'coulomb_slope']}."
+                    f"or the fields {[*_ARRAY_FIELDS, 'coulomb_slope', 'active_terms']}."
                 )
         arm = self
         if fields:
-            current = {f: getattr(self, f) for f in (*_ARRAY_FIELDS, "coulomb_slope")}
+            current = {f: getattr(self, f) for f in (*_ARRAY_FIELDS, "coulomb_slope", "active_terms")}
+            switched = {t for t, f in _TERM_FIELDS.items() if f in fields}
+            current["active_terms"] = tuple(set(self.active_terms) | switched)
             arm = TwoLinkArm(**{**current, **fields})
         if params:
             arm = arm.with_parameters(
