@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .estimators.interface import ESTIMATORS
+
 __all__ = ["summarise", "write_tables", "read_trials", "setting_columns", "markdown_table"]
 
 #: Setting keys copied into the summary so that plots can use them as axes.
@@ -41,8 +43,11 @@ def setting_columns(config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: Estimators whose model is the nonlinear arm: their std is compared with the nonlinear bound.
-NONLINEAR_MODEL_ESTIMATORS = ("nonlinear_oe",)
+def _nonlinear_bound(estimator: str) -> bool:
+    """Whether an estimator's spread is compared with the nonlinear arm's bound (its class's
+    ``bound``; the linear bound for a name without a class)."""
+    cls = ESTIMATORS.get(estimator)
+    return cls is not None and cls.bound == "nonlinear"
 
 
 def summarise(trials: pd.DataFrame, crlb: dict | None = None, crlb_nonlinear: dict | None = None) -> pd.DataFrame:
@@ -60,7 +65,7 @@ def summarise(trials: pd.DataFrame, crlb: dict | None = None, crlb_nonlinear: di
         n = len(ok)
         sc = crlb.get(setting, {}).get(parameter, np.nan)
         scn = crlb_nonlinear.get(setting, {}).get(parameter, np.nan)
-        own = scn if estimator in NONLINEAR_MODEL_ESTIMATORS else sc
+        own = scn if _nonlinear_bound(estimator) else sc
         std = float(np.std(err, ddof=1)) if n > 1 else np.nan
         rows.append(
             {

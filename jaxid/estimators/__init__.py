@@ -3,7 +3,6 @@
 from .base import (
     CONVERGED,
     ESTIMATOR_STATUS,
-    ESTIMATORS,
     FAILED,
     MAX_ITERATIONS,
     SINGULAR,
@@ -63,3 +62,36 @@ __all__ = [
 
 # Time-domain baselines and the nonlinear output-error estimator register themselves on import.
 from . import ekf, nonlinear, rls  # noqa: E402,F401
+
+# The estimators as equinox modules (options as fields, facts as class variables) and the
+# name -> class table ``ESTIMATORS``; the functions above stay the documented API.
+from .interface import (  # noqa: E402
+    EKF,
+    ESTIMATORS,
+    ML,
+    RLS,
+    UKF,
+    AbstractEstimator,
+    EquationError,
+    IdimIV,
+    IdimLS,
+    NonlinearOutputError,
+    Paper,
+    estimator_class,
+    make_estimator,
+)
+
+__all__ += [
+    "AbstractEstimator",
+    "Paper",
+    "EquationError",
+    "ML",
+    "NonlinearOutputError",
+    "RLS",
+    "IdimLS",
+    "IdimIV",
+    "EKF",
+    "UKF",
+    "estimator_class",
+    "make_estimator",
+]
