@@ -169,6 +169,17 @@ def _lab_inverse_dynamics(p, q, qd, qdd):
     return M @ qdd + Cqd + G + friction
 
 
+def test_preset_values_are_the_shipped_lab_file():
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / "double-pendulum" / "lab_model_parameters.yml"
+    if not path.exists():
+        pytest.skip("data/double-pendulum/lab_model_parameters.yml is not in this checkout")
+    lab = dict(line.split(":") for line in path.read_text().splitlines() if ":" in line)
+    for name, value in DOUBLE_PENDULUM_PARAMETERS.items():
+        assert float(lab[name]) == value, name
+
+
 def test_double_pendulum_reproduces_the_lab_model():
     arm = jaxid.double_pendulum()
     p = DOUBLE_PENDULUM_PARAMETERS

@@ -325,7 +325,8 @@ class TwoLinkArm(AbstractArm):
             field, index = _FIELDS[name]
             leaf = getattr(arm, field)
             if index is None:
-                new = jnp.broadcast_to(values[..., i], leaf.shape).astype(leaf.dtype)
+                shape = jnp.broadcast_shapes(leaf.shape, values[..., i].shape)
+                new = jnp.broadcast_to(values[..., i], shape).astype(leaf.dtype)
             else:
                 new = leaf.at[..., index].set(values[..., i])
             arm = eqx.tree_at(lambda a, field=field: getattr(a, field), arm, new)

@@ -38,8 +38,9 @@ def table1(
 
 #: The DFKI double pendulum (design C.0, model 3.0) as identified by its makers: the values of
 #: ``data/system_identification/identified_parameters/design_C.0/model_3.0/model_parameters.yml``
-#: in github.com/dfki-ric-underactuated-lab/double_pendulum (commit 1e8544e), BSD 3-Clause License,
-#: Copyright (c) the DFKI Robotics Innovation Center / Underactuated Lab authors. ``I1, I2`` are
+#: in github.com/dfki-ric-underactuated-lab/double_pendulum (commit 1e8544e), BSD 3-Clause License
+#: (the notice is in ``data/double-pendulum/LICENSE``, beside the same file as
+#: ``lab_model_parameters.yml``). ``I1, I2`` are
 #: inertias about the joint axes, ``b`` viscous and ``cf`` Coulomb coefficients of
 #: ``b q' + cf atan(100 q')``, ``Ir`` the rotor inertia, ``gr`` the gear ratio.
 DOUBLE_PENDULUM_PARAMETERS: dict[str, float] = {
