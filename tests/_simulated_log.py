@@ -6,7 +6,6 @@ sampled at jittered stamps (steps of 1, 2 or 3 ms), angle noise 1e-4 rad (about 
 step of the real arm / 3), torque noise 0.01 N m, written like the real logs.
 """
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,9 +19,21 @@ DURATION = 4.0
 
 
 def true_arm():
-    arm = jaxid.double_pendulum()
-    arm = eqx.tree_at(lambda a: a.torque_offset, arm, jnp.asarray([0.02, -0.01]))
-    return eqx.tree_at(lambda a: a.friction, arm, jnp.asarray([0.01, 0.008]))
+    lab = jaxid.double_pendulum()
+    # Built with the constructor: it decides which terms (Coulomb, rotor, offset) are active.
+    return jaxid.TwoLinkArm(
+        masses=lab.masses,
+        lengths=lab.lengths,
+        com=lab.com,
+        inertias=lab.inertias,
+        friction=(0.01, 0.008),
+        gravity=lab.gravity,
+        coulomb=lab.coulomb,
+        rotor_inertia=lab.rotor_inertia,
+        gear_ratio=lab.gear_ratio,
+        torque_offset=(0.02, -0.01),
+        coulomb_slope=lab.coulomb_slope,
+    )
 
 
 def torque(t):
