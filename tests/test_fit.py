@@ -1,0 +1,101 @@
+"""`jaxid fit`: config validation and an end-to-end fit on a real run of the shipped subset."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jaxid.cli import main
+from jaxid.config import ConfigError
+from jaxid.fit import load_fit_config, parse_fit_config
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data" / "double-pendulum"
+
+TINY = f"""
+[fit]
+name = "tiny"
+data = "{DATA}"
+[log]
+sample_step = 0.002
+window = [0.0, 3.0]
+[split]
+rule = "one single-joint run to fit, one two-joint run held out"
+train = ["trajectory_05"]
+test = ["trajectory_00"]
+[filter]
+cutoff_hz = 6.4
+[estimators]
+use = ["idim_ls", "idim_ls_bounded"]
+[validation]
+horizons_s = [0.5]
+headline = "idim_ls"
+[frequency]
+harmonics = 2
+"""
+
+
+def test_shipped_configs_parse():
+    for name in ("double_pendulum", "double_pendulum_all"):
+        cfg = load_fit_config(ROOT / "experiments" / "fits" / f"{name}.toml")
+        assert cfg.name == name and set(cfg.train).isdisjoint(cfg.test)
+    cfg = load_fit_config(ROOT / "experiments" / "fits" / "double_pendulum.toml")
+    for run in cfg.train + cfg.test:
+        assert (DATA / f"{run}.csv.gz").exists()  # the README example runs on a fresh clone
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"filter": {"cutof_hz": 5}}, r"unknown key 'filter.cutof_hz'.*Did you mean 'cutoff_hz'"),
+        ({"fitt": {}}, r"unknown section \[fitt\].*Did you mean 'fit'"),
+        ({"estimators": {"use": ["idim_lss"]}}, r"unknown estimator 'idim_lss'.*Did you mean 'idim_ls'"),
+        (
+            {"estimators": {"use": ["output_error"], "output_error": {"segments": 3}}},
+            r"estimators.output_error.segments",
+        ),
+        ({"split": {"train": ["a"], "test": ["a"]}}, "in both train and test"),
+        ({"split": {"train": []}}, "split.train must list"),
+        ({"filter": {"cutoff_hz": -1}}, "filter.cutoff_hz"),
+        ({"fit": {"name": "x", "model": "table2"}}, "fit.model 'table2' is not known"),
+    ],
+)
+def test_config_errors_name_the_key(edit, message):
+    raw = {"fit": {"name": "x"}, "split": {"train": ["a"], "test": ["b"]}, "validation": {"headline": "idim_ls"}}
+    for section, values in edit.items():
+        raw.setdefault(section, {}).update(values)
+    with pytest.raises(ConfigError, match=message):
+        parse_fit_config(raw)
+
+
+def test_missing_log_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "fit.toml"
+    path.write_text(TINY.replace('"trajectory_00"', '"trajectory_99"'))
+    assert main(["fit", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "log 'trajectory_99' not found" in capsys.readouterr().err
+
+
+def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
+    path = tmp_path / "fit.toml"
+    path.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["fit", str(path), "--out", str(out)]) == 0
+    assert "Results in" in capsys.readouterr().out
+    for name in ("parameters.csv", "validation.csv", "summary.csv", "consistency.csv", "lines.csv", "manifest.json"):
+        assert (out / name).exists(), name
+    for fig in ("torque_trajectory_00.png", "angles_trajectory_00.png", "residual_spectra.png"):
+        assert (out / "figures" / fig).exists(), fig
+    params = pd.read_csv(out / "parameters.csv")
+    assert set(params["estimator"]) == {"idim_ls", "idim_ls_bounded"} and len(params) == 22
+    assert params["reference"].notna().all()
+    validation = pd.read_csv(out / "validation.csv")
+    assert set(validation["model"]) == {"idim_ls", "idim_ls_bounded", "reference"}
+    assert set(validation["role"]) == {"train", "test"}
+    assert validation["torque_rmse"].between(0, 1).all() and validation["angle_rmse_0.5s"].notna().all()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["cutoff_hz"] == 6.4 and manifest["estimators"]["idim_ls"]["rank"] == 11
+    lines = pd.read_csv(out / "lines.csv")
+    assert set(lines["harmonic"]) == {1, 2}
+    # A second run refuses to overwrite without --overwrite.
+    assert main(["fit", str(path), "--out", str(out)]) == 2
