@@ -5,6 +5,8 @@ written out literally, MuJoCo (``damping``, ``armature``, ``frictionloss``), and
 of the stacked regressor.
 """
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -422,3 +424,56 @@ def test_bad_names_and_float32_raise():
             jaxid.point_mass()
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+# -- the interface: another arm gets the generic functions for free ------------------------------
+
+
+class _Pendulum(jaxid.AbstractArm):
+    """A one-link pendulum ``tau = I q'' + g (m r) sin q + fv q'``, implementing only the abstract methods."""
+
+    dof: ClassVar[int] = 1
+    parameter_names: ClassVar[tuple[str, ...]] = ("I", "mr", "fv")
+    regressor_parameters: ClassVar[tuple[str, ...]] = ("I", "mr", "fv")
+    standard_names: ClassVar[tuple[str, ...]] = ("I", "mr", "m", "fv")
+    values: jax.Array
+
+    def get(self, name):
+        return self.values[..., self.parameter_names.index(name)]
+
+    def with_parameters(self, names, values):
+        new = self.values
+        for i, name in enumerate(names):
+            new = new.at[..., self.parameter_names.index(name)].set(values[..., i])
+        return _Pendulum(new)
+
+    def mass_matrix(self, q):
+        return jnp.broadcast_to(self.values[..., 0], jnp.shape(q))[..., None]
+
+    def inverse_dynamics(self, q, qd, qdd, *, sincos=None):
+        return jnp.asarray(self.standard_regressor(q, qd, qdd) @ self.standard_parameters())
+
+    def potential_energy(self, q):
+        return -9.81 * self.values[..., 1] * jnp.cos(jnp.asarray(q)[..., 0])
+
+    def standard_parameters(self):
+        i, mr, fv = self.values
+        return jnp.stack([i, mr, 2.0, fv])
+
+    def standard_regressor(self, q, qd, qdd):
+        q, qd, qdd = jnp.asarray(q), jnp.asarray(qd), jnp.asarray(qdd)
+        cols = [qdd[..., 0], 9.81 * jnp.sin(q[..., 0]), jnp.zeros_like(q[..., 0]), qd[..., 0]]
+        return jnp.stack(cols, -1)[..., None, :]
+
+
+def test_another_arm_uses_the_generic_functions():
+    arm = _Pendulum(jnp.array([0.3, 0.5, 0.1]))
+    q, qd, tau = jnp.array([0.4]), jnp.array([-1.0]), jnp.array([0.2])
+    qdd = jaxid.forward_dynamics(arm, q, qd, tau)  # the generic default: D⁻¹ (tau − bias)
+    np.testing.assert_allclose(jaxid.inverse_dynamics(arm, q, qd, qdd), tau, rtol=1e-14)
+    np.testing.assert_allclose(jaxid.holding_torque(arm, q), 9.81 * 0.5 * np.sin(0.4), rtol=1e-14)
+    np.testing.assert_allclose(jaxid.energy(arm, q, qd), 0.5 * 0.3 - 9.81 * 0.5 * np.cos(0.4), rtol=1e-14)
+    y, known = jaxid.regressor(arm, q, qd, qdd, ("I", "fv"))
+    np.testing.assert_allclose(y @ jnp.array([0.3, 0.1]) + known, tau, rtol=1e-13)
+    base = jaxid.base_parameters(arm)
+    assert base.rank == 3 and base.dependent == ("m",) and base.labels == ("I", "mr", "fv")

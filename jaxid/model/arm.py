@@ -16,7 +16,14 @@ from jaxtyping import Array, ArrayLike, Float
 from ..types import require_float64
 from . import _two_link as eq
 from ._two_link import OPTIONAL_TERMS, SinCos
-from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, PARAMETER_NAMES, STANDARD_NAMES, validate_unknowns
+from .parameters import (
+    DEFAULT_COULOMB_SLOPE,
+    GRAVITY,
+    PARAMETER_NAMES,
+    REGRESSOR_PARAMETERS,
+    STANDARD_NAMES,
+    validate_unknowns,
+)
 
 __all__ = ["AbstractArm", "TwoLinkArm"]
 
@@ -25,7 +32,8 @@ class AbstractArm(eqx.Module):
     """What the rest of jaxid needs from an arm model (a pytree whose parameters are array leaves).
 
     Subclasses give ``dof`` (number of joints ``n``), ``parameter_names`` (the named scalar
-    parameters ``get``/``with_parameters`` accept), ``standard_names`` (the parameters the inverse
+    parameters ``get``/``with_parameters`` accept), ``regressor_parameters`` (those of them the
+    inverse dynamics are linear in: ``regressor`` accepts these), ``standard_names`` (the parameters the inverse
     dynamics are linear in, in the order of ``standard_parameters``) and the dynamics below. Shapes:
     ``q, qd, qdd, tau`` are ``(..., n)``. Inverse dynamics return the joint torque *reading*
     ``tau = D(q) q'' + c(q, q') + g(q) + friction(q') + offset``. The defaults of
@@ -35,6 +43,7 @@ class AbstractArm(eqx.Module):
 
     dof: eqx.AbstractClassVar[int]
     parameter_names: eqx.AbstractClassVar[tuple[str, ...]]
+    regressor_parameters: eqx.AbstractClassVar[tuple[str, ...]]
     standard_names: eqx.AbstractClassVar[tuple[str, ...]]
 
     @abc.abstractmethod
@@ -228,6 +237,7 @@ class TwoLinkArm(AbstractArm):
 
     dof: ClassVar[int] = 2
     parameter_names: ClassVar[tuple[str, ...]] = PARAMETER_NAMES
+    regressor_parameters: ClassVar[tuple[str, ...]] = REGRESSOR_PARAMETERS
     standard_names: ClassVar[tuple[str, ...]] = STANDARD_NAMES
 
     masses: Float[Array, "*batch 2"]

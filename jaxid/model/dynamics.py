@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ._two_link import SinCos
 from .arm import AbstractArm
-from .parameters import REGRESSOR_PARAMETERS, validate_unknowns
+from .parameters import validate_unknowns
 
 __all__ = [
     "mass_matrix",
@@ -119,7 +119,8 @@ def regressor(
     """Linear-in-parameters form ``tau = Y(q, q', q'') theta + tau_known``.
 
     ``theta = arm.parameter_vector(unknowns)``; ``unknowns`` must be a subset of
-    ``REGRESSOR_PARAMETERS`` (``m1 m2 J1 J2 fv1 fv2 fc1 fc2 Ir off1 off2``), the parameters the
+    ``arm.regressor_parameters`` (for ``TwoLinkArm``, ``REGRESSOR_PARAMETERS``:
+    ``m1 m2 J1 J2 fv1 fv2 fc1 fc2 Ir off1 off2``), the parameters the
     dynamics are linear in with the lengths, centres of mass, gravity, gear ratio and Coulomb
     slope fixed. ``Y`` is the exact Jacobian of the inverse dynamics in ``theta`` and
     ``tau_known`` the torque with those parameters set to zero. (``standard_regressor`` is the
@@ -128,7 +129,7 @@ def regressor(
     Returns:
         ``(Y, tau_known)`` of shapes ``(..., n, p)`` and ``(..., n)``.
     """
-    unknowns = validate_unknowns(unknowns, REGRESSOR_PARAMETERS)
+    unknowns = validate_unknowns(unknowns, arm.regressor_parameters)
     q, qd, qdd = jnp.asarray(q), jnp.asarray(qd), jnp.asarray(qdd)
     batch = jnp.broadcast_shapes(q.shape[:-1], qd.shape[:-1], qdd.shape[:-1])
     zero = jnp.zeros((len(unknowns),))
