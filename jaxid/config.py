@@ -329,21 +329,17 @@ RUNNER_ARGUMENTS = ("record", "excitation", "nominal", "unknowns", "q0", "noise_
 def check_estimator_options(name: str, options: Any, where: str) -> None:
     """Check an ``estimator_options.<name>`` table before anything runs (``ConfigError``, one line).
 
-    Today the option names are checked against the estimator function's keyword arguments; this
-    is the hook where estimator classes validate names and values as constructor arguments.
+    The names and values are checked as constructor arguments of the estimator's class
+    (``jaxid.estimators.check_options``), without building it.
     """
     if not isinstance(options, dict):
         raise ConfigError(f"{where} must be a table of options, e.g. {{forgetting = 0.999}}, got {options!r}.")
-    import inspect
+    from .estimators import check_options
 
-    from .estimators import get_estimator
-
-    params = inspect.signature(get_estimator(name)).parameters
-    allowed = [p for p in params if p not in RUNNER_ARGUMENTS and params[p].kind != inspect.Parameter.VAR_KEYWORD]
     for key in options:
         if key in RUNNER_ARGUMENTS:
             raise ConfigError(f"{where}.{key}: set by the study from the setting, not an estimator option.")
-        if key not in allowed:
-            raise ConfigError(
-                f"{where}: {name!r} has no option {key!r}; its options: {', '.join(allowed)}.{_suggest(key, allowed)}"
-            )
+    try:
+        check_options(name, options)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None

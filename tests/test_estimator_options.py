@@ -297,3 +297,24 @@ def test_traced_options_compile_once(data, name, options):
 
     first, second = (run(make_estimator(name, o), rec) for o in options)
     assert not np.array_equal(first.value, second.value)
+
+
+def test_experiment_files_check_options_as_constructor_arguments():
+    from jaxid.config import ConfigError, parse_experiment
+
+    def setting(options):
+        return {
+            "experiment": {"name": "t", "trials": 2},
+            "settings": {"a": {"estimators": ["rls"], "estimator_options": {"rls": options}}},
+        }
+
+    parse_experiment(setting({"forgetting": 0.999, "history_points": 50}))
+    for options, words in [
+        ({"forgeting": 0.999}, ["settings.a.estimator_options.rls", "no option 'forgeting'", "'forgetting'"]),
+        ({"keep": "detect"}, ["'keep' must be", "Did you mean 'detected'"]),
+        ({"history_points": 2.5}, ["'history_points' must be an integer"]),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            parse_experiment(setting(options))
+        assert all(w in str(err.value) for w in words), str(err.value)
+        assert "\n" not in str(err.value)

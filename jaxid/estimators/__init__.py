@@ -77,6 +77,7 @@ from .interface import (  # noqa: E402
     IdimLS,
     NonlinearOutputError,
     Paper,
+    check_options,
     estimator_class,
     make_estimator,
 )
@@ -94,4 +95,5 @@ __all__ += [
     "UKF",
     "estimator_class",
     "make_estimator",
+    "check_options",
 ]

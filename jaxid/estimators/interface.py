@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .base import Estimate
@@ -64,6 +65,7 @@ __all__ = [
     "ESTIMATORS",
     "estimator_class",
     "make_estimator",
+    "check_options",
 ]
 
 Model = Literal["linearised", "nonlinear", "regressor"]
@@ -75,6 +77,7 @@ SpectralWeighting = Literal["pooled", "per_line"]
 Derivative = Literal["fourier", "butterworth"]
 Keep = Literal["excited", "band", "detected"]
 RegressionWeighting = Literal["none", "joint"]
+StartEstimator = Literal["ml", "equation_error", "paper", "idim_ls", "idim_iv", "rls", "ekf", "ukf"]
 
 
 def _array(x: ArrayLike) -> Array:
@@ -189,23 +192,21 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _describe(hint) -> str:
+def _alternatives(hint) -> list[str]:
     origin = typing.get_origin(hint)
     if origin is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(hint))
+        return [repr(a) for a in typing.get_args(hint)]
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(hint))
+        return [d for a in typing.get_args(hint) for d in _alternatives(a)]
     if hint is type(None):
-        return "None"
-    if hint is float:
-        return "a number"
-    if hint is int:
-        return "an integer"
-    if hint is bool:
-        return "true or false"
-    if hint is str:
-        return "a string"
-    return "a number or an array of numbers"
+        return ["None"]
+    names = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
+    return [names.get(hint, "a number or an array of numbers")]
+
+
+def _describe(hint) -> str:
+    alternatives = _alternatives(hint)
+    return alternatives[0] if len(alternatives) == 1 else ", ".join(alternatives[:-1]) + " or " + alternatives[-1]
 
 
 def _matches(hint, value) -> bool:
@@ -224,13 +225,16 @@ def _matches(hint, value) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
-    # An array option: numbers, (nested) lists of numbers or arrays.
+    # An array option: numbers, (nested) lists of numbers or arrays (checked without touching a device).
     if isinstance(value, (str, bool)) or value is None:
         return False
-    try:
-        return jnp.issubdtype(jnp.asarray(value).dtype, jnp.number)
-    except TypeError:
-        return False
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(value).dtype
+        except (TypeError, ValueError):
+            return False
+    return np.issubdtype(dtype, np.number) and not np.issubdtype(dtype, np.bool_)
 
 
 def _type_error(hint, value) -> str | None:
@@ -311,7 +315,7 @@ class NonlinearOutputError(AbstractEstimator):
     needs_whole_periods: ClassVar[bool] = True
 
     initial: Array | None = _traced(None)
-    initial_estimator: str | None = _static("ml")
+    initial_estimator: StartEstimator | None = _static("ml")
     substeps: int = _static(1)
     fit_offset: bool = _static(True)
     max_iterations: int = _static(30)
@@ -319,14 +323,6 @@ class NonlinearOutputError(AbstractEstimator):
     state_tolerance: Array = _traced(1e-9)
     damping: float = _static_float(1e-4)
     derivative_cutoff: int | None = _static(None)
-
-    def __check_init__(self):
-        starts = sorted(set(ESTIMATORS) - {self.name})
-        if self.initial_estimator is not None and self.initial_estimator not in starts:
-            raise ValueError(
-                f"NonlinearOutputError: option 'initial_estimator' must be None or one of {starts}, "
-                f"got {self.initial_estimator!r}.{_suggest(self.initial_estimator, starts)}"
-            )
 
 
 class _AbstractRegression(AbstractEstimator):
@@ -461,8 +457,15 @@ def make_estimator(name: str, options: Mapping[str, Any] | None = None) -> Abstr
     Raises ``ValueError`` with a one-line message for an unknown estimator, an option it does not
     have (naming the options it has, and the closest) or a value of the wrong type.
     """
-    cls = estimator_class(name)
     options = dict(options or {})
+    check_options(name, options)
+    return ESTIMATORS[name](**options)
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Check ``options`` of estimator ``name`` as ``make_estimator`` does, without building it
+    (no JAX array is created: safe while parsing a configuration). Raises ``ValueError``."""
+    cls = estimator_class(name)
     allowed = cls.option_names()
     for key, value in options.items():
         if key not in allowed:
@@ -472,5 +475,15 @@ def make_estimator(name: str, options: Mapping[str, Any] | None = None) -> Abstr
             )
         error = _type_error(_hints(cls)[key], value)
         if error:
-            raise ValueError(f"Estimator {name!r}: option {key!r} {error}.")
-    return cls(**options)
+            raise ValueError(
+                f"Estimator {name!r}: option {key!r} {error}.{_suggest(str(value), _choices(_hints(cls)[key]))}"
+            )
+
+
+def _choices(hint) -> list[str]:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return [a for a in typing.get_args(hint) if isinstance(a, str)]
+    if origin in (typing.Union, types.UnionType):
+        return [c for a in typing.get_args(hint) for c in _choices(a)]
+    return []

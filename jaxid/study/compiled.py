@@ -3,17 +3,16 @@ share their compiles: the noise draw, and each estimator as one ``jit(vmap)`` ov
 
 from __future__ import annotations
 
-import inspect
 import time
 
 import equinox as eqx
 import jax
 
-from ..estimators import get_estimator
+from ..estimators import make_estimator
 from ..measurement import add_noise
 from ..simulation import Record
 
-__all__ = ["noisy_records", "estimator_fn", "compiled", "freeze", "accepts"]
+__all__ = ["noisy_records", "estimator_fn", "compiled", "freeze"]
 
 
 @eqx.filter_jit
@@ -29,11 +28,10 @@ def estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
     """``jit(vmap(estimator))`` over trials ``(record, nominal arm)``, shared excitation and σ."""
     key = (name, unknowns, q0, options)
     if key not in _ESTIMATORS:
-        fn = get_estimator(name)
-        opts = dict(options)
+        estimator = make_estimator(name, dict(options))
 
         def one(record, nominal, excitation, sigma):
-            return fn(record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=sigma, **opts)
+            return estimator(record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=sigma)
 
         # Estimators run on one device per process. Splitting them over several XLA host devices
         # of one process can deadlock in jaxlib's batched LAPACK kernels (docs/lapack-deadlock.md);
@@ -64,8 +62,3 @@ def freeze(value):
     if isinstance(value, list):
         return tuple(freeze(v) for v in value)
     return value
-
-
-def accepts(name: str, option: str) -> bool:
-    """Whether estimator ``name`` takes the keyword ``option``."""
-    return option in inspect.signature(get_estimator(name)).parameters

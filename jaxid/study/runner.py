@@ -32,13 +32,13 @@ import numpy as np
 import pandas as pd
 
 from ..config import Experiment, Setting
-from ..estimators import ESTIMATOR_STATUS, parameter_values, resolve_unknowns
+from ..estimators import ESTIMATOR_STATUS, ESTIMATORS, parameter_values, resolve_unknowns
 from ..excitation import Multisine
 from ..measurement import noise_mean, noise_std
 from ..model import TwoLinkArm
 from ..simulation import STATUS_NAMES, Record, simulate_batch
 from ..types import require_float64
-from .compiled import accepts, compiled, estimator_fn, freeze, noisy_records
+from .compiled import compiled, estimator_fn, freeze, noisy_records
 from .extras import write_setting_extras
 from .files import RunExists, config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from .hosts import gather_processes, is_writer, process_slice, sync, to_host
@@ -55,8 +55,9 @@ from .sampling import (
 __all__ = ["run_study", "TIME_HISTORY", "SET_CACHE_BYTES"]
 
 #: Estimators whose ``history`` is the estimate over the record's time (recursive filters); the
-#: others' histories are iterations and are not drawn as convergence in time.
-TIME_HISTORY = ("rls", "ekf", "ukf")
+#: others' histories are iterations and are not drawn as convergence in time. (Derived from the
+#: class fact ``history``; kept for callers of the old name.)
+TIME_HISTORY = tuple(name for name, cls in ESTIMATORS.items() if cls.history == "time")
 
 #: Host memory for simulated parameter-set records kept between chunks [bytes].
 SET_CACHE_BYTES = 1 << 30
@@ -167,7 +168,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
         opts = dict(s["estimator_options"].get(name, {}))
-        if s["noise_mean_known"] and "measurement_offset" not in opts and accepts(name, "measurement_offset"):
+        if s["noise_mean_known"] and "measurement_offset" not in opts and ESTIMATORS[name].takes_noise_mean:
             # Time-domain estimators see the raw angles: give them the known noise mean (the
             # paper's uniform noise has mean level/2); the frequency-domain ones ignore the DC line.
             opts["measurement_offset"] = noise_mean(s["noise"], s["noise_level"])
@@ -209,7 +210,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
                     }
                 )
             )
-        if est.history is not None and index == 0 and name in TIME_HISTORY:
+        if est.history is not None and index == 0 and ESTIMATORS[name].history == "time":
             hist = gather_processes(est.history, lo, hi, n)[0]
             duration = s["measured_periods"] * plan.excitation.period
             steps = hist.shape[0]
