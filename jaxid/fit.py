@@ -551,7 +551,7 @@ def _frequency_view(config, filtered, model, thetas, f_exc_train):
     rows = []
     for run, d in filtered.items():
         sl = d.usable
-        tau = np.asarray(d.tau)[sl]
+        tau = d.band(d.tau)[sl]
         freqs = [dominant_frequency(tau[:, j], d.sample_step) for j in range(2)]
         f0 = min(freqs)
         x = frequency_lines(tau, d.sample_step, f0, 1)[0]

@@ -38,7 +38,7 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
         for j, ax in enumerate(axes):
             ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
-            ax.plot(t[win], np.asarray(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
+            ax.plot(t[win], d.band(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
             for label, theta in shown.items():
                 pred = torque_prediction(d, model.regressor, theta)
                 ax.plot(t[win], pred[win, j], color=colours[label], lw=1.0, label=names[label])
@@ -84,7 +84,7 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         psd_sum, freqs = None, None
         for run in runs:
             d = filtered[run]
-            resid = (torque_prediction(d, model.regressor, theta) - np.asarray(d.tau_raw))[d.usable]
+            resid = (torque_prediction(d, model.regressor, theta, band=False) - np.asarray(d.tau_raw))[d.usable]
             freqs, psd = residual_spectrum(resid, d.sample_step)
             psd_sum = psd if psd_sum is None else psd_sum + psd
         for j, ax in enumerate(axes):

@@ -1,8 +1,11 @@
 """Inverse-dynamics identification on filtered logs: IDIM-LS (weighted, optionally bounded) and IDIM-IV.
 
 The model is linear in its (base) parameters, ``τ = Y(q, q', q'') θ``, with ``q, q', q''`` from the
-zero-phase filter (``filter_log``) and ``τ`` the same-band low-passed torque. Rows are taken every
-``decimate`` samples of the usable part of each log (default ``⌊f_s / (4 f_c)⌋``: the filtered
+zero-phase filter (``filter_log``) and ``τ`` the same-band low-passed torque. Both sides
+then go through the low-pass once more (parallel filtering, ``FilteredLog.band``): the regressor
+is built from angles filtered once, so the torque, filtered once by ``filter_log``, is filtered a
+second time to sit in the same band.
+Rows are taken every ``decimate`` samples of the usable part of each log (default ``⌊f_s / (4 f_c)⌋``: the filtered
 signals carry no information above the cut-off, so closer rows only correlate the residuals).
 
 - **IDIM-LS**: ordinary least squares, then each joint's rows are divided by that joint's residual
@@ -91,12 +94,17 @@ def regression_rows(logs: Sequence[FilteredLog], decimate: int) -> list[np.ndarr
     return [np.arange(d.usable.start, d.usable.stop, decimate) for d in logs]
 
 
-def _stack(logs, regressor, rows, theta_known=None):
+def _stack(logs, regressor, rows, parallel=True):
     ws, ys = [], []
     reg = jax.jit(regressor)
     for d, idx in zip(logs, rows, strict=True):
-        ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
-        ys.append(np.asarray(d.tau[idx]))
+        if parallel:
+            w = np.asarray(reg(d.q, d.qd, d.qdd))
+            ws.append(d.band(w)[idx])
+            ys.append(d.band(d.tau)[idx])
+        else:
+            ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
+            ys.append(np.asarray(d.tau[idx]))
     return np.concatenate(ws), np.concatenate(ys)  # (n, 2, p), (n, 2)
 
 
@@ -142,6 +150,7 @@ def idim_ls(
     decimate: int | None = None,
     weighted: bool = True,
     bounds: tuple[Sequence[float], Sequence[float]] | None = None,
+    parallel: bool = True,
 ) -> Identification:
     """IDIM-LS on one or more filtered logs (see the module docstring).
 
@@ -150,6 +159,7 @@ def idim_ls(
         names: the ``p`` parameter names. decimate: row stride (default ``default_decimation``).
         weighted: per-joint weighting by the OLS residual std (default ``True``).
         bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
+        parallel: low-pass the regressor columns like the torque (default ``True``; module docstring).
 
     Raises ``ValueError`` if the regressor is rank-deficient (names the parameters involved).
     """
@@ -157,7 +167,7 @@ def idim_ls(
     if decimate is None:
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     rows = regression_rows(logs, decimate)
-    w, y = _stack(logs, regressor, rows)
+    w, y = _stack(logs, regressor, rows, parallel)
     scale = _scaled(w)
     sigma = np.ones(2)
     a = (w / scale).reshape(-1, len(names))
@@ -255,9 +265,9 @@ def idim_iv(
         for d, (idx, qs, qds, qdds) in zip(logs, sims, strict=True):
             keep = np.arange(0, idx.size, decimate)
             rows = idx[keep]
-            ws.append(np.asarray(reg(d.q[rows], d.qd[rows], d.qdd[rows])))
+            ws.append(d.band(np.asarray(reg(d.q, d.qd, d.qdd)))[rows])
             zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
-            ys.append(np.asarray(d.tau[rows]))
+            ys.append(d.band(d.tau)[rows])
         w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
         if sigma is None:
             resid = y - np.einsum("njp,p->nj", w, theta)

@@ -1,7 +1,8 @@
 """Metrics on held-out logs, the same for every parameter set (an estimate or the lab's values).
 
 - ``torque_rmse``: per joint, the RMS of ``Y(q, q', q'') θ − τ`` on the usable samples of a
-  filtered log (inverse dynamics on the filtered data against the same-band measured torque).
+  filtered log: inverse dynamics on the filtered data and the low-passed measured torque ``τ``,
+  both passed through the low-pass once more (``log.band``), as in IDIM: both in one band.
 - ``free_simulation_rmse``: the model simulated from the filtered measured state at start times
   ``t_usable_start + k · start_every_s`` under the low-passed measured torque, the angle error
   against the measured angles over the first ``H`` seconds for each horizon ``H``; per joint, the
@@ -33,17 +34,19 @@ __all__ = [
 ]
 
 
-def torque_prediction(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
-    """``Y θ`` on every sample of a filtered log, ``(N, 2)`` [N m]."""
-    return np.asarray(
+def torque_prediction(log: FilteredLog, regressor: Regressor, theta, *, band: bool = True) -> np.ndarray:
+    """``Y θ`` on every sample of a filtered log, ``(N, 2)`` [N m], low-passed like the measured
+    torque (``log.band``) unless ``band=False``."""
+    pred = np.asarray(
         jax.jit(lambda q, qd, qdd, th: regressor(q, qd, qdd) @ th)(log.q, log.qd, log.qdd, jnp.asarray(theta))
     )
+    return log.band(pred) if band else pred
 
 
 def torque_rmse(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
     """Per-joint torque RMSE [N m] on the usable samples (see the module docstring)."""
     pred = torque_prediction(log, regressor, theta)
-    err = (pred - np.asarray(log.tau))[log.usable]
+    err = (pred - log.band(log.tau))[log.usable]
     return np.sqrt(np.mean(err**2, axis=0))
 
 
