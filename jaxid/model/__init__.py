@@ -19,13 +19,13 @@ Conventions (DESIGN.md §2, fixed across jaxid):
 
 SI units throughout: kg, m, kg m², N m s/rad, N m, m/s², rad.
 
-Layout: ``parameters`` (names), ``arm`` (``AbstractArm``, the interface; ``TwoLinkArm``),
+Layout: ``parameters`` (names), ``interface`` (``AbstractArm``), ``arm`` (``TwoLinkArm``),
 ``dynamics`` (the public functions, for any ``AbstractArm``), ``presets``, ``base_parameters``.
 All dynamics functions are pure and work unchanged under ``jit``, ``vmap`` and ``grad``; every
 parameter is a JAX array leaf, so a sweep over parameter values never recompiles.
 """
 
-from .arm import AbstractArm, TwoLinkArm
+from .arm import TwoLinkArm
 from .base_parameters import BaseParameters, base_parameters, base_regressor
 from .dynamics import (
     arm_from_standard,
@@ -43,6 +43,7 @@ from .dynamics import (
     standard_parameters,
     standard_regressor,
 )
+from .interface import AbstractArm
 from .parameters import (
     DEFAULT_COULOMB_SLOPE,
     GRAVITY,

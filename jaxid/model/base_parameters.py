@@ -22,7 +22,7 @@ import scipy.linalg
 from jaxtyping import Array, ArrayLike, Float
 
 from ..types import require_float64
-from .arm import AbstractArm
+from .interface import AbstractArm
 
 __all__ = ["BaseParameters", "base_parameters", "base_regressor"]
 

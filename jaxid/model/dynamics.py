@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ._two_link import SinCos
-from .arm import AbstractArm
+from .interface import AbstractArm
 from .parameters import validate_unknowns
 
 __all__ = [
