@@ -37,8 +37,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .crlb import linear_crlb
-from .estimators.base import CONVERGED, ESTIMATORS, get_estimator
-from .estimators.nonlinear import nonlinear_crlb, nonlinear_output_error
+from .estimators.base import CONVERGED
+from .estimators.interface import estimator_class
+from .estimators.nonlinear import nonlinear_crlb
 from .excitation import Multisine
 from .model import TwoLinkArm, validate_unknowns
 from .simulation import SUCCESS, simulate, transient_periods
@@ -100,9 +101,7 @@ def predict_rmse(
     """
     unknowns = validate_unknowns(unknowns)
     estimators = tuple(estimators)
-    for name in estimators:
-        if name != NONLINEAR:
-            get_estimator(name)  # raises with the available names
+    classes = [estimator_class(name) for name in estimators]  # raises with the available names
     scales = jnp.atleast_1d(jnp.asarray(scales, dtype=float))
     gains = jnp.ones((scales.shape[0], 2)) if joint_gains is None else jnp.asarray(joint_gains, dtype=float)
     if gains.shape != (scales.shape[0], 2):
@@ -136,13 +135,11 @@ def predict_rmse(
             )
         )
         bias, std, ok = [], [], []
-        for name in estimators:
-            if name == NONLINEAR:
-                est = nonlinear_output_error(rec, ex, guess, unknowns=unknowns, q0=q0, noise_std=noise_std)
-                std.append(nl_std)
-            else:
-                est = ESTIMATORS[name](rec, ex, arm, unknowns=unknowns, q0=q0, noise_std=noise_std)
-                std.append(lin_std)
+        for cls in classes:
+            # Estimators that fit the nonlinear arm start from a wrong nominal, never the truth.
+            nominal = guess if cls.model == "nonlinear" else arm
+            est = cls()(rec, ex, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std)
+            std.append(nl_std if cls.bound == "nonlinear" else lin_std)
             bias.append(est.value - truth)
             ok.append(steady & (est.status == CONVERGED) & jnp.all(jnp.isfinite(est.value)))
         bias, std, ok = jnp.stack(bias), jnp.stack(std), jnp.stack(ok)
