@@ -108,7 +108,7 @@ from .estimators.interface import (
 )
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .estimators.rls import idim_iv, idim_ls, rls
-from .measurement import NOISE_KINDS, add_noise, noise_draws, noise_mean, noise_std
+from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
 from .report import summarise, write_tables
 from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state

@@ -37,7 +37,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float
 
 from .excitation import Multisine
-from .simulation import Record
+from .types import Record, require_float64
 
 __all__ = ["Spectrum", "fourier_coefficients", "line_noise_variance"]
 
@@ -77,6 +77,8 @@ class Spectrum(eqx.Module):
             window that is not whole periods).
         samples_per_period: static ``N``.
         method: static ``"projection"`` or ``"lstsq"``.
+        distortion_harmonics: static highest harmonic in the distortion ratio (0 for ``lstsq`` on a
+            window that is not whole periods).
 
     Under ``vmap`` every array gains a leading batch axis.
     """
@@ -98,6 +100,14 @@ class Spectrum(eqx.Module):
     periods: float = eqx.field(static=True)
     samples_per_period: int = eqx.field(static=True)
     method: str = eqx.field(static=True)
+    distortion_harmonics: int = eqx.field(static=True, default=0)
+
+    def replace(self, **kwargs) -> Spectrum:
+        """A copy with the given array fields replaced (``eqx.tree_at``)."""
+        out = self
+        for name, value in kwargs.items():
+            out = eqx.tree_at(lambda s, name=name: getattr(s, name), out, value)
+        return out
 
     @property
     def omega(self) -> np.ndarray:
@@ -156,6 +166,7 @@ def fourier_coefficients(
         ValueError: projection on a window that is not whole periods (use ``method="lstsq"``);
             lines at or above Nyquist; a period mismatch; unknown method.
     """
+    require_float64("fourier_coefficients")
     if method not in ("projection", "lstsq"):
         raise ValueError(f"method must be 'projection' or 'lstsq', got {method!r}.")
     ks, fundamental = _resolve_lines(record, lines)
@@ -262,6 +273,7 @@ def fourier_coefficients(
         periods=float(periods),
         samples_per_period=n,
         method=method,
+        distortion_harmonics=khigh,
     )
 
 

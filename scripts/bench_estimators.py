@@ -1,34 +1,55 @@
-"""Benchmark: spectrum + the paper, equation-error and ML estimators on many noisy one-period trials.
+"""Benchmark: noise + spectrum + equation error + ML on many one-period trials, JAX against numpy/scipy.
 
-One compiled call (``jax.lax.map`` over chunks of ``vmap``-ed trials) against a typical user's
-numpy/scipy loop (``numpy.fft`` + ``numpy.linalg.lstsq`` + ``scipy.optimize.least_squares(method="lm")``),
-measured in the same run on the same data. The loop is timed on ``--loop-trials`` trials and its
-time scaled to ``--trials``; its estimates are checked against the JAX ones on those trials.
+Paths, all on the same clean record (point-mass arm, split Table 2 lines, nonlinear simulation,
+Δ = 0.01 s, N = 10 000 samples), measured in the same run:
 
-Single XLA CPU device: splitting the batch over two host devices
-(``--xla_force_host_platform_device_count=2``, a sharded ``vmap``) deadlocked in this workload with
-jax 0.10.2 (the optimiser's ``while_loop`` with LAPACK calls), and ``shard_map`` does not trace
-through optimistix/lineax here; see docs/lapack-deadlock.md.
+- ``jax time``: per trial, noise on the 2 × 10 000 samples, the spectrum (``fourier_coefficients``),
+  ``equation_error`` and ``ml`` (plus ``paper`` with ``--paper``), as one compiled call
+  (``jax.lax.map`` over chunks of ``vmap``-ed trials);
+- ``jax spectral`` (Gaussian noise only): the clean spectrum once, then per trial the noisy lines
+  drawn directly (``add_line_noise``, exact in distribution) and the same two estimators
+  (``equation_error_fit``, ``ml_fit``);
+- ``numpy loop``: what a numpy/scipy user writes — per trial the noise, ``numpy.fft.rfft``,
+  ``numpy.linalg.lstsq`` and ``scipy.optimize.least_squares(method="lm")``; timed on
+  ``--loop-trials`` trials and scaled to ``--trials``; its estimates are checked against the
+  ``jax time`` ones on the same noise;
+- ``numpy loop, spectral``: the same loop with the noisy lines drawn as ``jax spectral`` does
+  (shows what the noise and the FFT cost the loop).
+
+Every ratio is against the ``numpy loop`` (time domain); compile time is reported apart.
+Accuracy: the Monte Carlo RMSE of each path (the two JAX paths must agree within Monte Carlo
+error) and the JAX-vs-numpy difference on the same records.
+
+Single XLA CPU device: splitting the batch over two host devices deadlocked in this workload with
+jaxlib 0.10 (the optimiser's ``while_loop`` with LAPACK calls); see docs/lapack-deadlock.md.
 
 Usage:
-    python scripts/bench_estimators.py --trials 10000 --chunk 500 --loop-trials 200 [--ml-solver gauss_newton]
+    python scripts/bench_estimators.py [--trials 10000] [--chunk 500] [--loop-trials 200] [--noise gaussian]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10_000)
     ap.add_argument("--chunk", type=int, default=500, help="trials per vmapped chunk inside the compiled call")
     ap.add_argument("--loop-trials", type=int, default=200, help="trials timed with the numpy/scipy loop")
     ap.add_argument("--scale", type=float, default=0.25)
+    ap.add_argument("--noise", default="gaussian", choices=["gaussian", "uniform"])
+    ap.add_argument("--level", type=float, default=None, help="noise level (gaussian: std 0.01; uniform: 0.1*rand)")
+    ap.add_argument("--paper", action="store_true", help="also run the paper's estimator on the time path")
     ap.add_argument("--ml-solver", default="levenberg_marquardt", choices=["levenberg_marquardt", "gauss_newton"])
-    args = ap.parse_args()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.trials % args.chunk:
+        sys.exit("--trials must be a multiple of --chunk")
 
     import jax
 
@@ -39,76 +60,93 @@ def main() -> None:
 
     import jaxid
     from jaxid.estimators import equation_error_fit, ml_fit, paper, parameter_values
+    from jaxid.measurement import add_line_noise
     from jaxid.spectrum import fourier_coefficients
 
     unknowns = ("m1", "m2", "fv1", "fv2")
     arm = jaxid.point_mass()
     exc = jaxid.table2("split", scale=args.scale)
-    level = 0.1  # the paper's uniform noise 0.1*rand(): std 0.1/sqrt(12)
-    sigma = jaxid.noise_std("uniform", level)
+    kind = args.noise
+    level = args.level if args.level is not None else (0.01 if kind == "gaussian" else 0.1)
+    sigma = jaxid.noise_std(kind, level)
 
     t0 = time.perf_counter()
-    rec = jaxid.simulate(arm, exc, measured_periods=1)  # nonlinear, Δ = 0.01 s, N = 10 000
-    rec = jax.block_until_ready(rec)
+    rec = jax.block_until_ready(jaxid.simulate(arm, exc, measured_periods=1))  # nonlinear, Δ = 0.01 s
     t_sim = time.perf_counter() - t0
+    clean = fourier_coefficients(rec, exc)
+    theta_true = np.asarray(parameter_values(arm, unknowns))
+    result: dict = {
+        "device": str(jax.devices()[0]),
+        "cpu_count": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        "trials": args.trials,
+        "chunk": args.chunk,
+        "noise": f"{kind} level {level} (std {sigma:.4g} rad)",
+        "samples_per_period": rec.samples_per_period,
+        "scale": args.scale,
+        "ml_solver": args.ml_solver,
+        "simulate_s": t_sim,
+        "paths": {},
+    }
 
-    def trial(key):
-        r = jaxid.add_noise(rec, key=key, kind="uniform", level=level)
-        s = fourier_coefficients(r, exc)
-        p = paper(r, exc, arm)
+    def estimates(s):
         e = equation_error_fit(s, arm, unknowns=unknowns, noise_std=sigma)
         m = ml_fit(s, arm, unknowns=unknowns, noise_std=sigma, solver=args.ml_solver)
-        return (p.value, p.status), (e.value, e.status), (m.value, m.status, jnp.sqrt(jnp.diag(m.covariance)))
+        return (e.value, e.status), (m.value, m.status)
 
-    if args.trials % args.chunk:
-        sys.exit("--trials must be a multiple of --chunk")
+    def time_trial(key):
+        r = jaxid.add_noise(rec, key=key, kind=kind, level=level)
+        out = estimates(fourier_coefficients(r, exc))
+        if args.paper:
+            p = paper(r, exc, arm)
+            out = out + ((p.value, p.status),)
+        return out
 
-    def run(keys):
-        return jax.lax.map(trial, keys, batch_size=args.chunk)
+    def spectral_trial(key):
+        return estimates(add_line_noise(clean, key=key, kind="gaussian", level=level))
 
     keys = jax.random.split(jax.random.key(0), args.trials)
-    run_c = jax.jit(run)
-    t0 = time.perf_counter()
-    compiled = run_c.lower(keys).compile()
-    t_compile = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys))
-    t_jax = time.perf_counter() - t0
-    (pv, ps), (ev, es), (mv, ms, mstd) = jax.tree.map(np.asarray, out)
+    paths = {"jax time": time_trial}
+    if kind == "gaussian":
+        paths["jax spectral"] = spectral_trial
+    outputs = {}
+    for name, trial in paths.items():
+        run = jax.jit(lambda keys, trial=trial: jax.lax.map(trial, keys, batch_size=args.chunk))
+        t0 = time.perf_counter()
+        compiled = run.lower(keys).compile()
+        t_compile = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = jax.tree.map(np.asarray, jax.block_until_ready(compiled(keys)))
+        t_run = time.perf_counter() - t0
+        outputs[name] = out
+        (ev, es), (mv, ms) = out[:2]
+        result["paths"][name] = {
+            "compile_s": t_compile,
+            "run_s": t_run,
+            "trials_per_s": args.trials / t_run,
+            "ok_equation_error": float(np.mean(es == 0)),
+            "ok_ml": float(np.mean(ms == 0)),
+            "rmse_equation_error": np.sqrt(np.mean((ev - theta_true) ** 2, axis=0)).tolist(),
+            "rmse_ml": np.sqrt(np.mean((mv - theta_true) ** 2, axis=0)).tolist(),
+        }
 
-    # ---- numpy / scipy loop on the first loop-trials noisy records (same noise) --------------------
+    # ---- numpy / scipy loop ----------------------------------------------------------------------
     k = args.loop_trials
-    noisy = jax.jit(jax.vmap(lambda key: jaxid.add_noise(rec, key=key, kind="uniform", level=level).q))
-    qs = np.asarray(noisy(jax.random.split(jax.random.key(0), args.trials)[:k]))
     tau = np.asarray(rec.tau)
     t_start = float(rec.t[0])
     n = rec.samples_per_period
     lines = np.asarray(exc.lines)
     omega = exc.line_frequencies
-    h1 = np.asarray([exc.lines.index(x) for x in exc.harmonics[0]])
-    h2 = np.asarray([exc.lines.index(x) for x in exc.harmonics[1]])
     # The model a numpy user would write: Z(θ) = Z0 + Σ θ_i Z_i (affine), from jaxid once.
     lin_of = lambda th: jaxid.estimators.linear_system(arm, unknowns, th).impedance(omega)  # noqa: E731
     z0 = np.asarray(lin_of(jnp.zeros(4)))
     zi = np.stack([np.asarray(lin_of(jnp.eye(4)[i])) - z0 for i in range(4)])
-    lengths = np.asarray(arm.lengths)
     rot = np.exp(-1j * omega * t_start)
     u = (2.0 / n) * np.fft.rfft(tau, axis=0)[lines] * rot[:, None]
+    q_clean_lines = np.asarray(clean.Q)
     v = 4 * sigma**2 / n
-    theta_true = np.asarray(parameter_values(arm, unknowns))
 
-    def np_paper(q, uu, w):
-        c, d = q.real, -q.imag
-        a = np.concatenate(
-            [np.stack([c, -2 * d * w, -uu.real, w * uu.imag], 1), np.stack([d, 2 * c * w, uu.imag, w * uu.real], 1)]
-        )
-        return np.linalg.lstsq(a, np.concatenate([c * w**2, d * w**2]), rcond=None)[0]
-
-    def np_trial(qn):
-        qk = (2.0 / n) * np.fft.rfft(qn, axis=0)[lines] * rot[:, None]
-        b11 = np_paper(qk[h1, 0], u[h1, 0], omega[h1])[3]
-        b22 = np_paper(qk[h2, 1], u[h2, 1], omega[h2])[3]
-        p_est = _masses(b11, b22, lengths)
+    def np_fit(qk):
         a = np.einsum("pkij,kj->kip", zi, qk)
         b = u - np.einsum("kij,kj->ki", z0, qk)
         a_r = np.concatenate([a.real, a.imag], 1).reshape(-1, 4)
@@ -122,50 +160,73 @@ def main() -> None:
             return np.concatenate([r.real, r.imag], 1).ravel()
 
         sol = scipy.optimize.least_squares(resid, e_est, method="lm", xtol=1e-10, ftol=1e-10)
-        cov = np.linalg.inv(sol.jac.T @ sol.jac)
-        return p_est, e_est, sol.x, np.sqrt(np.diag(cov))
+        return e_est, sol.x
 
-    # Timed: the loop draws its own noise (numpy's PCG64), as the compiled call does.
+    def np_time_trial(qn):
+        return np_fit((2.0 / n) * np.fft.rfft(qn, axis=0)[lines] * rot[:, None])
+
     rng = np.random.default_rng(0)
     q_clean = np.asarray(rec.q)
+
+    def draw_time():
+        if kind == "uniform":
+            return q_clean + level * rng.random(q_clean.shape)
+        return q_clean + level * rng.standard_normal(q_clean.shape)
+
     t0 = time.perf_counter()
     for _ in range(k):
-        np_trial(q_clean + level * rng.random(q_clean.shape))
-    t_loop = (time.perf_counter() - t0) / k * args.trials
-    # Untimed: the same noise as the compiled call, to check that both compute the same thing.
-    loop = [np_trial(q) for q in qs]
-    lp, le, lm, lstd = (np.stack(x) for x in zip(*loop, strict=True))
-    agree = {
-        "paper": np.max(np.abs(lp - pv[:k]) / np.abs(pv[:k])),
-        "equation_error": np.max(np.abs(le - ev[:k]) / theta_true),
-        "ml": np.max(np.abs(lm - mv[:k]) / theta_true),
+        np_time_trial(draw_time())
+    t_loop = (time.perf_counter() - t0) / k
+    result["paths"]["numpy loop"] = {"run_s": t_loop * args.trials, "trials_per_s": 1 / t_loop, "timed_trials": k}
+    if kind == "gaussian":
+        s_line = np.sqrt(2 * sigma**2 / n)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            np_fit(q_clean_lines + s_line * (rng.standard_normal(u.shape) + 1j * rng.standard_normal(u.shape)))
+        t_loop_s = (time.perf_counter() - t0) / k
+        result["paths"]["numpy loop, spectral"] = {"run_s": t_loop_s * args.trials, "trials_per_s": 1 / t_loop_s}
+    for p in result["paths"].values():
+        p["ratio_vs_numpy_loop"] = p["trials_per_s"] * t_loop
+        if "compile_s" in p:
+            p["ratio_incl_compile"] = t_loop * args.trials / (p["run_s"] + p["compile_s"])
+
+    # Same records, both implementations: the numpy loop on the JAX time path's noisy records.
+    noisy = jax.jit(jax.vmap(lambda key: jaxid.add_noise(rec, key=key, kind=kind, level=level).q))
+    qs = np.asarray(noisy(keys[: min(k, 50)]))
+    loop = [np_time_trial(q) for q in qs]
+    le, lm = (np.stack(x) for x in zip(*loop, strict=True))
+    (ev, _), (mv, _) = outputs["jax time"][:2]
+    result["max_rel_diff_jax_vs_numpy"] = {
+        "equation_error": float(np.max(np.abs(le - ev[: len(qs)]) / theta_true)),
+        "ml": float(np.max(np.abs(lm - mv[: len(qs)]) / theta_true)),
     }
+    result["load_average_end"] = os.getloadavg()
 
     print(
-        f"device={jax.devices()[0]}, trials={args.trials}, chunk={args.chunk}, N={n}, scale={args.scale}, "
-        f"ml solver={args.ml_solver}, noise 0.1*rand"
+        f"device={result['device']}, trials={args.trials}, chunk={args.chunk}, N={n}, scale={args.scale}, "
+        f"noise {result['noise']}, ml solver={args.ml_solver}; load average {result['load_average_start'][0]:.1f}"
     )
     print(f"one nonlinear simulation (incl. compile): {t_sim:.2f} s")
-    print(f"JAX compile: {t_compile:.2f} s; run: {t_jax:.2f} s = {args.trials / t_jax:.0f} trials/s")
-    print(
-        f"numpy/scipy loop: {t_loop / args.trials * 1e3:.2f} ms/trial -> {t_loop:.1f} s for {args.trials} (timed on {k})"
-    )
-    print(f"speed-up (run only): {t_loop / t_jax:.1f}x; including compile: {t_loop / (t_jax + t_compile):.1f}x")
-    print(f"max relative difference JAX vs loop on {k} trials: " + ", ".join(f"{a}={b:.1e}" for a, b in agree.items()))
-    print(f"status ok: paper {np.mean(ps == 0):.4f}, equation_error {np.mean(es == 0):.4f}, ml {np.mean(ms == 0):.4f}")
-    for name, val in [("paper", pv), ("equation_error", ev), ("ml", mv)]:
-        names = ("m1", "m2") if name == "paper" else unknowns
-        truth = theta_true[: len(names)]
-        print(
-            f"  {name:15s} mean {np.round(val.mean(0), 4)} std {np.round(val.std(0), 4)} (truth {truth}, "
-            f"ml reported std {np.round(mstd.mean(0), 4)})"
+    for name, p in result["paths"].items():
+        extra = (
+            f", compile {p['compile_s']:.1f} s (x{p['ratio_incl_compile']:.1f} incl. compile)"
+            if "compile_s" in p
+            else ""
         )
-
-
-def _masses(b11, b22, lengths):
-    l1, l2 = lengths
-    m2 = 1.0 / (l2**2 * b22 - b11 * (l1 + l2) ** 2)
-    return [1.0 / (l1**2 * b11), m2]
+        print(f"{name:22s} {p['trials_per_s']:9.0f} trials/s  x{p['ratio_vs_numpy_loop']:6.1f} the numpy loop{extra}")
+    for name in outputs:
+        p = result["paths"][name]
+        print(
+            f"  {name}: RMSE equation_error {np.round(p['rmse_equation_error'], 4)}, ml {np.round(p['rmse_ml'], 4)} "
+            f"(truth {theta_true}); ok {p['ok_equation_error']:.4f} / {p['ok_ml']:.4f}"
+        )
+    print(
+        "max relative difference JAX vs numpy on the same records: " + json.dumps(result["max_rel_diff_jax_vs_numpy"])
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
 
 
 if __name__ == "__main__":

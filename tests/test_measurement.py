@@ -1,4 +1,6 @@
-"""Measurement noise: statistics, keyed determinism, draws without re-simulating."""
+"""Measurement noise: statistics, keyed determinism, draws without re-simulating, the spectral path."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -75,3 +77,76 @@ def test_bad_noise_options_raise():
         jaxid.add_noise(rec, key=jax.random.key(0), kind="normal")
     with pytest.raises(ValueError, match="positive integer"):
         jaxid.noise_draws(rec, key=jax.random.key(0), draws=0)
+
+
+# -- the spectral noise path -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nonlinear_two_periods():
+    # The nonlinear arm at the paper's amplitude: distortion at the non-excited harmonics, so the
+    # non-central parts of the residual and distortion statistics are exercised. N = 2000, P = 2.
+    ex = jaxid.table2("split", 1.0)
+    rec = jaxid.simulate(jaxid.point_mass(), ex, sample_step=0.05, measured_periods=2, discard_periods=2)
+    return ex, rec
+
+
+def _flat(tree_field, draws):
+    a = np.asarray(tree_field).reshape(draws, -1)
+    return np.concatenate([a.real, a.imag], 1) if np.iscomplexobj(a) else a.astype(float)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("periods", [1, 2])
+def test_line_noise_has_the_time_domain_distribution(nonlinear_two_periods, periods):
+    """Every statistic of the spectrum: same distribution from add_line_noise as from add_noise + FFT."""
+    import scipy.stats
+
+    from jaxid.measurement import add_line_noise
+    from jaxid.spectrum import fourier_coefficients
+
+    ex, rec = nonlinear_two_periods
+    n = rec.samples_per_period
+    m = periods * n
+    rec = Record(rec.t[:m], rec.tau[:m], rec.q[:m], rec.status, rec.steady_change, rec.sample_step, rec.period, periods)
+    clean = jax.jit(lambda r: fourier_coefficients(r, ex))(rec)
+    assert float(jnp.max(clean.distortion)) > 0.01  # the clean record is distorted
+    sigma, draws = 0.01, 2000
+    keys = jax.random.split(jax.random.key(0), draws)
+    time_path = jax.jit(
+        jax.vmap(lambda k: fourier_coefficients(jaxid.add_noise(rec, key=k, kind="gaussian", level=sigma), ex))
+    )(keys)
+    line_path = jax.jit(jax.vmap(lambda k: add_line_noise(clean, key=k, level=sigma)))(jax.random.split(keys[0], draws))
+    fields = ["Q", "noise_std", "residual_std", "q_mean", "distortion", "distortion_floor", "noise_variance"]
+    if periods >= 2:
+        fields.append("drift")
+    for field in fields:
+        a, b = _flat(getattr(time_path, field), draws), _flat(getattr(line_path, field), draws)
+        pvalues = [scipy.stats.ks_2samp(a[:, i], b[:, i]).pvalue for i in range(a.shape[1])]
+        # Bonferroni over the components: a correct path fails this about once in 10^4 runs.
+        assert min(pvalues) > 1e-4 / len(pvalues), (field, min(pvalues))
+    # The exact line variance: Re and Im of the averaged phasor noise have variance 2σ²/(N P) each.
+    dq = np.asarray(line_path.Q - clean.Q)
+    for part in (dq.real, dq.imag):
+        ratio = part.var(axis=0).mean() / (2 * sigma**2 / (n * periods))
+        assert abs(ratio - 1) < 0.03  # 80 components x 2000 draws: standard error ~0.4 %
+    assert np.all(np.asarray(line_path.steady)) == np.all(np.asarray(time_path.steady))
+    np.testing.assert_array_equal(line_path.U, jnp.broadcast_to(clean.U, line_path.U.shape))
+
+
+def test_line_noise_refuses_what_it_cannot_do_exactly(nonlinear_two_periods):
+    from jaxid.measurement import add_line_noise, line_noise_draws
+    from jaxid.spectrum import fourier_coefficients
+
+    ex, rec = nonlinear_two_periods
+    clean = jax.jit(lambda r: fourier_coefficients(r, ex))(rec)
+    with pytest.raises(ValueError, match="Gaussian noise only"):
+        add_line_noise(clean, key=jax.random.key(0), kind="uniform", level=0.1)
+    with pytest.raises(ValueError, match="whole periods by projection"):
+        add_line_noise(dataclasses.replace(clean, method="lstsq"), key=jax.random.key(0), level=0.1)
+    draws = jax.jit(lambda k: line_noise_draws(clean, key=k, draws=3, level=0.01))(jax.random.key(1))
+    assert draws.Q.shape == (3, *clean.Q.shape)
+    # Zero noise gives the clean lines back.
+    still = jax.jit(lambda k: add_line_noise(clean, key=k, level=0.0))(jax.random.key(2))
+    np.testing.assert_allclose(still.Q, clean.Q, rtol=0, atol=0)
+    np.testing.assert_allclose(still.residual_std, clean.residual_std, rtol=1e-12)
