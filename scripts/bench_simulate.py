@@ -353,7 +353,10 @@ def main(argv=None):
         prev = [r for r in result["rows"] if "traj_per_s" in r]
         if prev and left() < math.inf:
             rate = prev[-1]["traj_per_s"]
-            need = total / rate * (repeats + (call not in compiled_calls)) + 30 * (call not in compiled_calls)
+            compiles = [r["compile_s"] for r in prev if r.get("compile_s") is not None]
+            compile_guess = 2 * max(compiles) + 5 if compiles else 30
+            new_shape = call not in compiled_calls
+            need = total / rate * repeats + (call / rate + compile_guess if new_shape else 0)
             if need > left():
                 result["rows"].append({"batch": batch, "skipped": f"predicted {need:.0f} s > {left():.0f} s left"})
                 print(f"batch {batch}: skipped ({result['rows'][-1]['skipped']})", flush=True)
