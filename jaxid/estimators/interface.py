@@ -180,10 +180,11 @@ class AbstractEstimator(eqx.Module):
         Returns the function's ``Estimate``. Raises ``ValueError`` as the function does.
         """
         options = self.options()
+        unknowns = (unknowns,) if isinstance(unknowns, str) else tuple(unknowns)
         if self.takes_noise_mean and options.get("measurement_offset") is None:
             options["measurement_offset"] = 0.0 if noise_mean is None else noise_mean
         return type(self).function(
-            record, excitation, nominal, unknowns=tuple(unknowns), q0=q0, noise_std=noise_std, **options
+            record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std, **options
         )
 
 
