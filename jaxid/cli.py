@@ -136,18 +136,13 @@ def cmd_fit(args) -> int:
         return 2
     import pandas as pd
 
+    from .fit import markdown_summary
+
     summary = pd.read_csv(out / "summary.csv")
-    print(summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False))
+    print(f"Per-joint RMSE, {summary['role'].iloc[0]} runs (mean over runs):")
+    print(markdown_summary(summary))
     print(f"Results in {out}/ (parameters.csv, validation.csv, summary.csv, figures/, manifest.json)")
     return 0
-
-
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def build_parser() -> argparse.ArgumentParser:

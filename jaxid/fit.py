@@ -43,7 +43,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitConfig", "load_fit_config", "parse_fit_config", "run_fit", "FitExists", "ESTIMATOR_NAMES"]
+__all__ = [
+    "FitConfig",
+    "load_fit_config",
+    "parse_fit_config",
+    "run_fit",
+    "FitExists",
+    "ESTIMATOR_NAMES",
+    "markdown_summary",
+]
 
 ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
 
@@ -527,6 +535,24 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return out
+
+
+def markdown_summary(summary) -> str:
+    """The summary table as Markdown: one row per model, torque and angle RMSE per joint."""
+    metrics = [c for c in summary.columns if c == "torque_rmse" or c.startswith("angle_rmse_")]
+    head = ["model"] + [f"{_pretty(m)} j{j}" for m in metrics for j in (1, 2)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, rows in summary.groupby("model", sort=False):
+        rows = rows.set_index("joint")
+        cells = [model] + [f"{rows.loc[j, m]:.3f}" for m in metrics for j in (1, 2)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pretty(metric: str) -> str:
+    if metric == "torque_rmse":
+        return "τ RMSE [N m]"
+    return f"q RMSE {metric.removeprefix('angle_rmse_')} [rad]"
 
 
 def validation_summary(validation, horizons):
