@@ -11,6 +11,14 @@ from .validation import free_simulation, residual_spectrum, torque_prediction
 __all__ = ["make_fit_figures"]
 
 
+def _save(fig, path: Path) -> None:
+    # Line plots need few colours: a 64-colour palette PNG is ~3x smaller (results are committed).
+    from PIL import Image
+
+    fig.savefig(path, dpi=90)
+    Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
 def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, horizons) -> list[Path]:
     """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths."""
     import matplotlib
@@ -48,7 +56,7 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         axes[-1].set_xlabel("t [s]")
         fig.tight_layout()
         paths.append(fig_dir / f"torque_{run}.png")
-        fig.savefig(paths[-1], dpi=90)
+        _save(fig, paths[-1])
         plt.close(fig)
 
         # Angles: free simulations restarted every `longest` seconds from the measured state.
@@ -75,7 +83,7 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         axes[-1].set_xlabel("t [s]")
         fig.tight_layout()
         paths.append(fig_dir / f"angles_{run}.png")
-        fig.savefig(paths[-1], dpi=90)
+        _save(fig, paths[-1])
         plt.close(fig)
 
     # Residual torque spectra over the shown runs.
@@ -98,6 +106,6 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     paths.append(fig_dir / "residual_spectra.png")
-    fig.savefig(paths[-1], dpi=90)
+    _save(fig, paths[-1])
     plt.close(fig)
     return paths
