@@ -108,3 +108,14 @@ def test_butterworth_and_savgol_derivatives_of_a_sine():
         differentiate(q, h, 300.0)
     with pytest.raises(ValueError, match="unknown filter method"):
         differentiate(q, h, 10.0, method="kalman")
+
+
+def test_a_shipped_real_run_loads():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "data" / "double-pendulum" / "trajectory_05.csv.gz"
+    log = jaxid.load_log(path, velocities="vel_meas", window=(1.0, 9.0))
+    assert log.name == "trajectory_05" and log.sample_step == pytest.approx(0.002, rel=1e-3)
+    assert log.samples == pytest.approx(4000, abs=2) and np.all(np.isfinite(np.asarray(log.q)))
+    # The measured run is driven on joint 1 only, at 10.05 rad/s (1.6 Hz).
+    assert dominant_frequency(np.asarray(log.tau)[:, :1], log.sample_step) == pytest.approx(1.6, abs=0.05)
