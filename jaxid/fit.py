@@ -3,7 +3,9 @@
 A fit config (``experiments/fits/*.toml``) names the logs, the model, the train/test split, the
 filter and the estimators::
 
-    [fit]        name, description, data (directory, relative to the config file), model, reference
+    [fit]        name, description, data (directory, relative to the config file), model, reference,
+                 unknowns ("base": all base parameters, or a list of base names), fixed ({name = value}
+                 for the base parameters not estimated; default: the model preset's values)
     [log]        angles, torques, velocities, time, sample_step, window    (load_log options)
     [split]      rule (text), train = [...], test = [...]                  (file stems)
     [filter]     method, order, cutoff_hz ("auto" or Hz), candidates, excitation_hz, trim_s
@@ -56,7 +58,15 @@ __all__ = [
 ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
 
 _SECTIONS: dict[str, dict[str, Any]] = {
-    "fit": {"name": None, "description": "", "data": ".", "model": "double_pendulum", "reference": "double_pendulum"},
+    "fit": {
+        "name": None,
+        "description": "",
+        "data": ".",
+        "model": "double_pendulum",
+        "reference": "double_pendulum",
+        "unknowns": "base",
+        "fixed": {},
+    },
     "log": {
         "angles": ["pos_meas1", "pos_meas2"],
         "torques": ["tau_meas1", "tau_meas2"],
@@ -234,6 +244,36 @@ class _Model:
     labels: tuple[str, ...]
     regressor: Any
     reference: np.ndarray | None
+    free: tuple[int, ...]
+    fixed_values: np.ndarray  # full-length; used at the fixed indices
+    free_regressor: Any
+    known: Any
+
+    @property
+    def free_names(self) -> tuple[str, ...]:
+        return tuple(self.names[i] for i in self.free)
+
+    def embed(self, est):
+        """The estimate as a full base vector (fixed parameters at their values, std 0)."""
+        from .identification import Identification
+
+        p = len(self.names)
+        value = np.array(self.fixed_values, dtype=float)
+        value[list(self.free)] = est.value
+        cov = np.zeros((p, p))
+        cov[np.ix_(self.free, self.free)] = est.covariance
+        return Identification(
+            est.method,
+            self.names,
+            value,
+            cov,
+            est.rank,
+            est.condition,
+            est.residual_std,
+            est.samples,
+            est.iterations,
+            est.notes,
+        )
 
 
 def _build_model(config: FitConfig) -> _Model:
@@ -249,7 +289,44 @@ def _build_model(config: FitConfig) -> _Model:
     reference = None
     if ref:
         reference = np.asarray(base.values(m.standard_parameters(getattr(m, ref)())))
-    return _Model(arm, base, tuple(base.names), tuple(base.labels), regressor, reference)
+    names = tuple(base.names)
+    fit = config.section("fit")
+    unknowns = fit["unknowns"]
+    if unknowns == "base":
+        unknowns = list(names)
+    if not isinstance(unknowns, list) or not unknowns:
+        raise _config_error(f'fit.unknowns must be "base" or a non-empty list of {list(names)}.')
+    for n in unknowns:
+        if n not in names:
+            raise _config_error(f"fit.unknowns: {n!r} is not a base parameter; use {list(names)}.{_suggest(n, names)}")
+    fixed = fit["fixed"]
+    if not isinstance(fixed, dict):
+        raise _config_error("fit.fixed must be a table {name = value}.")
+    for n, v in fixed.items():
+        if n not in names or n in unknowns:
+            raise _config_error(
+                f"fit.fixed: {n!r} must be a base parameter not in fit.unknowns; fixable: "
+                f"{[x for x in names if x not in unknowns]}.{_suggest(n, names)}"
+            )
+        if not isinstance(v, int | float):
+            raise _config_error(f"fit.fixed.{n} must be a number, got {v!r}.")
+    free = tuple(i for i, n in enumerate(names) if n in unknowns)
+    held = [i for i in range(len(names)) if i not in free]
+    values = np.asarray(base.values(m.standard_parameters(arm)), dtype=float).copy()
+    for n, v in fixed.items():
+        values[names.index(n)] = float(v)
+
+    def free_regressor(q, qd, qdd):
+        return m.base_regressor(arm, q, qd, qdd, base)[..., list(free)]
+
+    known = None
+    if held:
+        theta_known = values[held]
+
+        def known(q, qd, qdd):
+            return m.base_regressor(arm, q, qd, qdd, base)[..., held] @ theta_known
+
+    return _Model(arm, base, names, tuple(base.labels), regressor, reference, free, values, free_regressor, known)
 
 
 _SIGN_CONSTRAINED = ("I1", "m1r1", "I2", "m2r2", "Ir", "fv1", "fv2", "fc1", "fc2")
@@ -352,7 +429,9 @@ def choose_cutoff(config: FitConfig, train_logs, model: _Model) -> tuple[float, 
             continue
         filtered = _filter_all(train_logs, cutoff, flt)
         try:
-            est = idim_ls(list(filtered.values()), model.regressor, model.names)
+            est = model.embed(
+                idim_ls(list(filtered.values()), model.free_regressor, model.free_names, known=model.known)
+            )
             errs = [
                 free_simulation_rmse(d, model.regressor, est.value, (longest,), every)[float(longest)]
                 for d in filtered.values()
@@ -374,16 +453,17 @@ def _estimate(name, config, train, model, ls):
 
     opts = config.estimator_options(name)
     data = list(train.values())
+    reg, names, known = model.free_regressor, model.free_names, model.known
     if name == "idim_ls":
-        return idim_ls(data, model.regressor, model.names, **opts)
+        return idim_ls(data, reg, names, known=known, **opts)
     if name == "idim_ls_bounded":
-        return idim_ls(data, model.regressor, model.names, bounds=_bounds(model.names), **opts)
+        return idim_ls(data, reg, names, bounds=_bounds(names), known=known, **opts)
     if name == "idim_iv":
-        return idim_iv(data, model.regressor, model.names, start=ls, **opts)
+        return idim_iv(data, reg, names, start=ls, known=known, **opts)
     if name == "output_error":
-        return output_error(data, model.regressor, model.names, start=ls, **opts)
+        return output_error(data, reg, names, start=ls, known=known, **opts)
     if name in ("ekf", "ukf"):
-        return kalman_filter_fit(data, model.regressor, model.names, start=ls, kind=name, **opts)
+        return kalman_filter_fit(data, reg, names, start=ls, kind=name, known=known, **opts)
     raise ValueError(name)
 
 
@@ -432,9 +512,9 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         t0 = time.time()
         est = _estimate(name, config, train, model, ls)
         seconds[name] = time.time() - t0
-        estimates[name] = est
         if name == "idim_ls":
             ls = est
+        estimates[name] = model.embed(est)
 
     # Parameters table.
     rows = []
@@ -447,6 +527,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
                     "label": label,
                     "value": float(est.value[i]),
                     "std": float(est.std[i]),
+                    "fixed": i not in model.free,
                     "reference": None if model.reference is None else float(model.reference[i]),
                 }
             )
@@ -520,6 +601,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             for k, v in estimates.items()
         },
         "base_parameters": list(model.labels),
+        "unknowns": list(model.free_names),
+        "fixed": {n: float(model.fixed_values[i]) for i, n in enumerate(model.names) if i not in model.free},
         "figures": [str(p.relative_to(out)) for p in figure_paths],
         "seconds": round(time.time() - started, 2),
         "versions": {

@@ -17,6 +17,8 @@ TINY = f"""
 [fit]
 name = "tiny"
 data = "{DATA}"
+unknowns = ["I1", "m1r1", "I2", "m2r2", "Ir", "fv1", "fv2", "fc1", "fc2", "off1"]
+fixed = {{off2 = 0.0}}
 [log]
 sample_step = 0.002
 window = [0.0, 3.0]
@@ -69,6 +71,21 @@ def test_config_errors_name_the_key(edit, message):
         parse_fit_config(raw)
 
 
+def test_unknowns_must_be_base_parameters():
+    from jaxid.fit import _build_model
+
+    raw = {
+        "fit": {"name": "x", "unknowns": ["I1", "m2"]},
+        "split": {"train": ["a"]},
+        "validation": {"headline": "idim_ls"},
+    }
+    with pytest.raises(ConfigError, match=r"fit.unknowns: 'm2' is not a base parameter.*Did you mean 'm2r2'"):
+        _build_model(parse_fit_config(raw))
+    raw["fit"] = {"name": "x", "unknowns": ["I1"], "fixed": {"I1": 1.0}}
+    with pytest.raises(ConfigError, match="fit.fixed: 'I1' must be a base parameter not in fit.unknowns"):
+        _build_model(parse_fit_config(raw))
+
+
 def test_missing_log_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "fit.toml"
     path.write_text(TINY.replace('"trajectory_00"', '"trajectory_99"'))
@@ -89,12 +106,15 @@ def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     params = pd.read_csv(out / "parameters.csv")
     assert set(params["estimator"]) == {"idim_ls", "idim_ls_bounded"} and len(params) == 22
     assert params["reference"].notna().all()
+    off2 = params[params["parameter"] == "off2"]
+    assert off2["fixed"].all() and (off2["value"] == 0).all() and (off2["std"] == 0).all()
     validation = pd.read_csv(out / "validation.csv")
     assert set(validation["model"]) == {"idim_ls", "idim_ls_bounded", "reference"}
     assert set(validation["role"]) == {"train", "test"}
     assert validation["torque_rmse"].between(0, 1).all() and validation["angle_rmse_0.5s"].notna().all()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["cutoff_hz"] == 6.4 and manifest["estimators"]["idim_ls"]["rank"] == 11
+    assert manifest["cutoff_hz"] == 6.4 and manifest["estimators"]["idim_ls"]["rank"] == 10
+    assert len(manifest["unknowns"]) == 10 and manifest["fixed"] == {"off2": 0.0}
     lines = pd.read_csv(out / "lines.csv")
     assert set(lines["harmonic"]) == {1, 2}
     # A second run refuses to overwrite without --overwrite.

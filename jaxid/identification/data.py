@@ -31,10 +31,22 @@ from ..integrate import rk4_step
 from ..linalg import solve_2x2
 from ..logs import MeasuredLog
 
-__all__ = ["FilteredLog", "filter_log", "stage_torques", "accelerations", "simulate_segments", "Regressor"]
+__all__ = [
+    "FilteredLog",
+    "filter_log",
+    "stage_torques",
+    "accelerations",
+    "model_torque",
+    "simulate_segments",
+    "Regressor",
+    "Known",
+]
 
 #: ``Y(q, q', q'')``: ``(..., 2), (..., 2), (..., 2) -> (..., 2, p)`` (pure JAX).
 Regressor = Callable[[Array, Array, Array], Array]
+#: The torque of the fixed (known) parameters, ``(..., 2), (..., 2), (..., 2) -> (..., 2)``; every
+#: estimator takes it as ``known=`` (default none: all parameters unknown).
+Known = Callable[[Array, Array, Array], Array]
 
 
 class FilteredLog(eqx.Module):
@@ -117,11 +129,19 @@ def stage_torques(tau: Float[Array, "N 2"]) -> Float[Array, "N-1 3 2"]:
     return jnp.stack([tau[:-1], 0.5 * (tau[:-1] + tau[1:]), tau[1:]], axis=1)
 
 
-def accelerations(regressor: Regressor, theta: Array, q: Array, qd: Array, tau: Array) -> Array:
-    """``q''`` of the model ``Y(q, q', q'') θ = τ`` for one state (``q, qd, tau`` of shape ``(2,)``)."""
+def model_torque(regressor: Regressor, theta, q, qd, qdd, known: Known | None = None):
+    """``Y(q, q', q'') θ`` plus the torque ``known(q, q', q'')`` of fixed parameters (if any)."""
+    tau = regressor(q, qd, qdd) @ theta
+    return tau if known is None else tau + known(q, qd, qdd)
+
+
+def accelerations(
+    regressor: Regressor, theta: Array, q: Array, qd: Array, tau: Array, known: Known | None = None
+) -> Array:
+    """``q''`` of the model ``Y(q, q', q'') θ (+ known) = τ`` for one state (shapes ``(2,)``)."""
 
     def torque(qdd):
-        return regressor(q, qd, qdd) @ theta
+        return model_torque(regressor, theta, q, qd, qdd, known)
 
     zero = jnp.zeros_like(q)
     bias = torque(zero)
@@ -129,9 +149,9 @@ def accelerations(regressor: Regressor, theta: Array, q: Array, qd: Array, tau: 
     return solve_2x2(mass, tau - bias)
 
 
-def _rates(regressor: Regressor, theta: Array):
+def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
     def rates(y, tau):
-        return jnp.concatenate([y[2:], accelerations(regressor, theta, y[:2], y[2:], tau)])
+        return jnp.concatenate([y[2:], accelerations(regressor, theta, y[:2], y[2:], tau, known)])
 
     return rates
 
@@ -142,6 +162,7 @@ def simulate_segments(
     initial_states: Float[Array, "S 4"],
     torques: Float[Array, "S L 3 2"],
     sample_step: float,
+    known: Known | None = None,
 ) -> Float[Array, "S L+1 4"]:
     """Simulate ``S`` segments of ``L`` steps each from their own initial states ``(q, q')``.
 
@@ -149,7 +170,7 @@ def simulate_segments(
     Returns the states at the ``L + 1`` grid points of each segment (the initial state first).
     Pure JAX (``lax.scan`` over steps, ``vmap`` over segments); ``jit``/``jacfwd``-compatible.
     """
-    rates = _rates(regressor, theta)
+    rates = _rates(regressor, theta, known)
 
     def one(y0, stages):
         def step(y, u):

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from .data import FilteredLog, Regressor, accelerations, simulate_segments, stage_torques
+from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments, stage_torques
 
 __all__ = ["Identification", "idim_ls", "idim_iv", "default_decimation", "segment_starts", "regression_rows"]
 
@@ -94,17 +94,24 @@ def regression_rows(logs: Sequence[FilteredLog], decimate: int) -> list[np.ndarr
     return [np.arange(d.usable.start, d.usable.stop, decimate) for d in logs]
 
 
-def _stack(logs, regressor, rows, parallel=True):
+def _known_torque(log, known):
+    if known is None:
+        return 0.0
+    return np.asarray(jax.jit(known)(log.q, log.qd, log.qdd))
+
+
+def _stack(logs, regressor, rows, parallel=True, known=None):
     ws, ys = [], []
     reg = jax.jit(regressor)
     for d, idx in zip(logs, rows, strict=True):
+        tau = np.asarray(d.tau) - _known_torque(d, known)
         if parallel:
             w = np.asarray(reg(d.q, d.qd, d.qdd))
             ws.append(d.band(w)[idx])
-            ys.append(d.band(d.tau)[idx])
+            ys.append(d.band(tau)[idx])
         else:
             ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
-            ys.append(np.asarray(d.tau[idx]))
+            ys.append(tau[idx])
     return np.concatenate(ws), np.concatenate(ys)  # (n, 2, p), (n, 2)
 
 
@@ -151,6 +158,7 @@ def idim_ls(
     weighted: bool = True,
     bounds: tuple[Sequence[float], Sequence[float]] | None = None,
     parallel: bool = True,
+    known: Known | None = None,
 ) -> Identification:
     """IDIM-LS on one or more filtered logs (see the module docstring).
 
@@ -160,6 +168,7 @@ def idim_ls(
         weighted: per-joint weighting by the OLS residual std (default ``True``).
         bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
         parallel: low-pass the regressor columns like the torque (default ``True``; module docstring).
+        known: torque of fixed parameters, subtracted from the measured torque (default none).
 
     Raises ``ValueError`` if the regressor is rank-deficient (names the parameters involved).
     """
@@ -167,7 +176,7 @@ def idim_ls(
     if decimate is None:
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     rows = regression_rows(logs, decimate)
-    w, y = _stack(logs, regressor, rows, parallel)
+    w, y = _stack(logs, regressor, rows, parallel, known)
     scale = _scaled(w)
     sigma = np.ones(2)
     a = (w / scale).reshape(-1, len(names))
@@ -217,16 +226,18 @@ def _segment_inputs(log: FilteredLog, length: int):
     return starts, x0, torques
 
 
-def simulated_signals(logs, regressor, theta, segment_s):
+def simulated_signals(logs, regressor, theta, segment_s, known=None):
     """Per log: ``(indices, q, qd, qdd)`` of segment-wise simulations restarted from the filtered
     measured state every ``segment_s`` seconds under the low-passed measured torque."""
     out = []
-    sim = jax.jit(simulate_segments, static_argnums=(0, 4))
-    acc = jax.jit(jax.vmap(lambda th, q, qd, tau: accelerations(regressor, th, q, qd, tau), (None, 0, 0, 0)))
+    sim = jax.jit(simulate_segments, static_argnums=(0, 4, 5))
+    acc = jax.jit(jax.vmap(lambda th, q, qd, tau: accelerations(regressor, th, q, qd, tau, known), (None, 0, 0, 0)))
     for d in logs:
         length = max(1, int(round(segment_s / d.sample_step)))
         starts, x0, torques = _segment_inputs(d, length)
-        states = np.asarray(sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step))
+        states = np.asarray(
+            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known)
+        )
         idx = (starts[:, None] + np.arange(length)).reshape(-1)
         states = states[:, :length].reshape(-1, 4)
         qdd = np.asarray(acc(jnp.asarray(theta), states[:, :2], states[:, 2:], np.asarray(d.tau)[idx]))
@@ -243,13 +254,14 @@ def idim_iv(
     iterations: int = 3,
     segment_s: float = 0.5,
     decimate: int | None = None,
+    known: Known | None = None,
 ) -> Identification:
     """IDIM-IV: instrumental variables from segment-wise simulations of the current estimate.
 
     Args:
         start: the IDIM-LS estimate (its weights ``1/σ_j`` are kept). iterations: IV passes.
         segment_s: [s] the simulation restarts from the filtered measured state this often.
-        decimate: row stride (default as IDIM-LS).
+        decimate: row stride (default as IDIM-LS). known: torque of fixed parameters (as IDIM-LS).
 
     Raises ``ValueError`` if the instrument matrix is singular.
     """
@@ -260,14 +272,14 @@ def idim_iv(
     reg = jax.jit(regressor)
     sigma = None
     for _ in range(iterations):
-        sims = simulated_signals(logs, regressor, theta, segment_s)
+        sims = simulated_signals(logs, regressor, theta, segment_s, known)
         ws, zs, ys = [], [], []
         for d, (idx, qs, qds, qdds) in zip(logs, sims, strict=True):
             keep = np.arange(0, idx.size, decimate)
             rows = idx[keep]
             ws.append(d.band(np.asarray(reg(d.q, d.qd, d.qdd)))[rows])
             zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
-            ys.append(d.band(d.tau)[rows])
+            ys.append(d.band(np.asarray(d.tau) - _known_torque(d, known))[rows])
         w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
         if sigma is None:
             resid = y - np.einsum("njp,p->nj", w, theta)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..estimators.ekf import extended_kalman_filter, unscented_kalman_filter
 from ..integrate import rk4_step
-from .data import FilteredLog, Regressor, _rates, stage_torques
+from .data import FilteredLog, Known, Regressor, _rates, stage_torques
 from .idim import Identification
 from .output_error import angle_noise_std
 
@@ -43,8 +43,12 @@ def kalman_filter_fit(
     measurement_std: float | None = None,
     velocity_process_std: float = 0.01,
     initial_relative_std: float = 0.3,
+    known: Known | None = None,
 ) -> Identification:
-    """Run the EKF (``kind="ekf"``) or UKF (``"ukf"``) over the logs in turn (module docstring)."""
+    """Run the EKF (``kind="ekf"``) or UKF (``"ukf"``) over the logs in turn (module docstring).
+
+    ``known``: torque of fixed parameters (default none). Raises ``ValueError`` if the filter diverges.
+    """
     if kind not in ("ekf", "ukf"):
         raise ValueError(f"kind must be 'ekf' or 'ukf', got {kind!r}.")
     names = tuple(names)
@@ -59,7 +63,7 @@ def kalman_filter_fit(
 
     def f(x, u):
         theta = x[4:]
-        y = rk4_step(_rates(regressor, theta), x[:4], u, h)
+        y = rk4_step(_rates(regressor, theta, known), x[:4], u, h)
         return jnp.concatenate([y, theta])
 
     def emit(x):

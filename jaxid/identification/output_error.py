@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import least_squares
 
-from .data import FilteredLog, Regressor, simulate_segments, stage_torques
+from .data import FilteredLog, Known, Regressor, simulate_segments, stage_torques
 from .idim import Identification, segment_starts
 
 __all__ = ["output_error", "angle_noise_std"]
@@ -51,6 +51,7 @@ def output_error(
     stride: int = 5,
     continuity_weight: float = 100.0,
     max_iterations: int = 50,
+    known: Known | None = None,
 ) -> Identification:
     """Multiple-shooting output error (see the module docstring).
 
@@ -59,6 +60,7 @@ def output_error(
         start: the starting estimate (IDIM-LS). segment_s: segment length [s].
         stride: angle residuals every ``stride`` samples. continuity_weight: ``w``.
         max_iterations: Jacobian evaluations allowed to the solver.
+        known: torque of fixed parameters (default none).
 
     Returns an ``Identification`` whose ``residual_std`` is the per-joint angle RMS error [rad]
     and whose ``notes`` state the largest continuity gap. Raises ``ValueError`` for logs with
@@ -90,7 +92,7 @@ def output_error(
     scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
 
     def segment(theta, y0, tau_s, q_s):
-        states = simulate_segments(regressor, theta, y0[None], tau_s[None], h)[0]
+        states = simulate_segments(regressor, theta, y0[None], tau_s[None], h, known)[0]
         res = (states[:-1:stride, :2] - q_s) / sigma
         return res.reshape(-1), states[-1]
 
