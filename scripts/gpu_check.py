@@ -243,12 +243,9 @@ def stage_study(size: dict, run_dir: Path) -> dict:
     run_experiment = getattr(jaxid, "run_experiment", None)
     if run_experiment is None:  # pragma: no cover - older layouts
         from jaxid.study import run_experiment
+    # The time-domain noise path (noise on every sample, a spectrum per trial): the heavier one.
     raw = study_config(size)
-    try:  # the frequency-domain noise path, where this jaxid has it
-        exp = parse_experiment(study_config(size, "spectral"))
-        raw["defaults"]["noise_path"] = "spectral"
-    except Exception:
-        exp = parse_experiment(raw)
+    exp = parse_experiment(raw)
     t0 = time.perf_counter()
     run_experiment(exp, run_dir, progress=False, figures=False)
     out = study_summary(run_dir)
