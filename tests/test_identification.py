@@ -7,12 +7,13 @@ offsets ±0.002 N m. Without parallel filtering IDIM's friction is 10-40 % off (
 keeps its step, the torque loses it).
 """
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.identification import filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
+from jaxid.identification import accelerations, filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +81,30 @@ def test_ekf_recovers_the_parameters(problem):
     _, base, truth, regressor, logs, ls = problem
     ekf = kalman_filter_fit(logs, regressor, base.names, start=ls, kind="ekf")
     _check(ekf, truth, base.names)
+
+
+def test_ukf_recovers_the_parameters(problem):
+    _, base, truth, regressor, logs, ls = problem
+    ukf = kalman_filter_fit(logs, regressor, base.names, start=ls, kind="ukf")
+    _check(ukf, truth, base.names)
+
+
+def test_fixed_parameters_enter_as_known_torque(problem):
+    arm, base, truth, _, logs, _ = problem
+    names = base.names
+    free = [i for i, n in enumerate(names) if n not in ("off1", "off2")]
+    held = [i for i in range(len(names)) if i not in free]
+
+    def free_regressor(q, qd, qdd):
+        return jaxid.base_regressor(arm, q, qd, qdd, base)[..., free]
+
+    def known(q, qd, qdd):
+        return jaxid.base_regressor(arm, q, qd, qdd, base)[..., held] @ truth[held]
+
+    ls = idim_ls(logs, free_regressor, [names[i] for i in free], known=known)
+    np.testing.assert_allclose(ls.value[:4], truth[:4], rtol=0.02)
+    # The simulators see the same model: free part + known torque == the full model.
+    q, qd, tau = jnp.asarray([0.3, -0.5]), jnp.asarray([1.0, -2.0]), jnp.asarray([0.2, -0.1])
+    full = accelerations(problem[3], jnp.asarray(truth), q, qd, tau)
+    split = accelerations(free_regressor, jnp.asarray(truth[free]), q, qd, tau, known)
+    np.testing.assert_allclose(split, full, rtol=1e-12)
