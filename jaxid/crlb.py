@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Float
 
-from .estimators.base import frequency_response, linear_system, parameter_values, resolve_unknowns
+from . import linalg
 from .excitation import Multisine
+from .linearisation import linear_system, parameter_values, resolve_unknowns
 from .model import TwoLinkArm
-from .simulation import steps_per_period
+from .phasors import respond, synthesise
+from .types import require_float64, steps_per_period
 
 __all__ = [
     "fisher_information",
@@ -104,10 +106,11 @@ def spectral_fisher_information(
 
 def cramer_rao_bound(fisher: Float[Array, "p p"]) -> Float[Array, "p p"]:
     """``F⁻¹``: the lower bound on the covariance of unbiased estimators (``inf``-free only if
-    ``F`` is non-singular; check ``jnp.linalg.cond(F)`` for identifiability)."""
+    ``F`` is non-singular; ``jaxid.linalg.is_singular_information(F)`` checks identifiability).
+    The scaled inverse is ``jaxid.linalg.inverse`` (no LAPACK call)."""
     scale = jnp.sqrt(jnp.diag(fisher))
     scale = jnp.where(scale > 0, scale, 1.0)
-    return jnp.linalg.inv(fisher / scale[:, None] / scale[None, :]) / scale[:, None] / scale[None, :]
+    return linalg.inverse(fisher / scale[:, None] / scale[None, :]) / scale[:, None] / scale[None, :]
 
 
 def linear_phasors(
@@ -123,8 +126,7 @@ def linear_phasors(
     q0 = jnp.asarray(q0, dtype=float)
 
     def phasors(theta):
-        h = frequency_response(linear_system(nominal, unknowns, theta, q0), omega)
-        return jnp.einsum("kij,kj->ki", h, u)
+        return respond(linear_system(nominal, unknowns, theta, q0).frequency_response(omega), u)
 
     return phasors
 
@@ -142,9 +144,8 @@ def linear_response(
     phasors = linear_phasors(nominal, excitation, unknowns, q0)
     omega = jnp.asarray(excitation.line_frequencies)
     t = jnp.arange(n) * sample_step
-    rot = jnp.exp(1j * omega[None, :] * t[:, None])  # (N, L)
     q0 = jnp.asarray(q0, dtype=float)
-    return lambda theta: q0 + jnp.real(rot @ phasors(theta))
+    return lambda theta: q0 + synthesise(phasors(theta), omega, t)
 
 
 def linear_fisher_information(
@@ -192,8 +193,10 @@ def linear_crlb(
         periods: measured periods ``P``.
         q0: operating point [rad].
 
-    ``sqrt(diag)`` is the smallest standard deviation an unbiased estimator can reach.
+    ``sqrt(diag)`` is the smallest standard deviation an unbiased estimator can reach. Raises
+    ``ValueError`` unless JAX runs in float64.
     """
+    require_float64("linear_crlb")
     return cramer_rao_bound(
         linear_fisher_information(
             arm, excitation, unknowns, noise_std=noise_std, sample_step=sample_step, periods=periods, q0=q0

@@ -33,21 +33,37 @@ Two methods (``method``):
   recipe, for comparison.
 
 Everything is pure JAX (``jnp.fft``), ``jit``/``vmap``-compatible; the method, the kept bins and
-the cut-off are static (they set the bin mask).
+the cut-off are static (they set the bin mask). This is the one derivative filter: RLS/IDIM
+(``regression_data``), IDIM-IV (``derivative_filter``, frozen on the measured angles) and the
+nonlinear output-error start all use it, with one noise floor and threshold
+(``DETECTION_THRESHOLD``) and one default cut-off rule (``default_cutoff``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-__all__ = ["periodic_derivatives", "kept_bins", "noise_variance", "DERIVATIVE_METHODS"]
+__all__ = [
+    "periodic_derivatives",
+    "derivative_filter",
+    "default_cutoff",
+    "kept_bins",
+    "noise_variance",
+    "DERIVATIVE_METHODS",
+    "DETECTION_THRESHOLD",
+]
 
 DERIVATIVE_METHODS = ("fourier", "butterworth")
+#: ``keep="detected"`` keeps a harmonic whose power exceeds this many times the noise floor
+#: ``M σ²`` (``σ²`` from ``noise_variance`` above the cut-off): the one detection policy.
+DETECTION_THRESHOLD = 10.0
 _MIN_NOISE_BINS = 32
 Keep = Literal["excited", "band", "detected"]
 
@@ -96,6 +112,74 @@ def kept_bins(
     return mask
 
 
+def default_cutoff(max_harmonic: int, samples_per_period: int, keep: Keep = "detected") -> int:
+    """The default band edge (harmonic index): ``4 ×`` the highest excited harmonic for
+    ``"detected"`` (it keeps only the lines that stand out of the noise, so it can look further
+    out), ``2 ×`` otherwise; at most ``N/4``, so that a quarter of the spectrum is left above the
+    cut-off to read the noise floor from."""
+    return min((4 if keep == "detected" else 2) * max_harmonic, samples_per_period // 4)
+
+
+def derivative_filter(
+    q: Float[Array, "M 2"],
+    sample_step: float,
+    period: float,
+    *,
+    method: Literal["fourier", "butterworth"] = "fourier",
+    keep: Keep = "band",
+    cutoff: int | None = None,
+    lines: tuple[int, ...] = (),
+    order: int = 4,
+    threshold: float = DETECTION_THRESHOLD,
+) -> Callable[[Array], tuple[Array, Array, Array]]:
+    """The filter ``x ↦ (x_f, x', x'')`` of ``periodic_derivatives``, decided on ``q`` and frozen.
+
+    For ``keep="detected"`` the kept bins depend on the data: they are decided once on ``q`` (the
+    measured angles) and the same bins are used for any other ``(M, d)`` signal passed to the
+    returned map (e.g. a simulated trajectory that must see exactly the filter the data saw). The
+    map is linear; arguments as ``periodic_derivatives``. Raises ``ValueError`` for bad options.
+    """
+    q = jnp.asarray(q)
+    n_samples = q.shape[0]
+    n_per = int(round(period / sample_step))
+    periods = n_samples // n_per if n_per and n_samples % n_per == 0 else 0
+    _check(method, keep, n_samples, periods)
+    omega_f = 2 * math.pi / period
+    omega = np.arange(n_samples // 2 + 1) * (omega_f / periods)
+    if method == "fourier":
+        mask = kept_bins(n_samples, periods, keep=keep, cutoff=cutoff, lines=lines)
+        if keep == "detected":
+            if cutoff is None:
+                raise ValueError("keep='detected' needs a cutoff harmonic (the highest one considered).")
+            band = kept_bins(n_samples, periods, keep="band", cutoff=cutoff)
+            floor = n_samples * noise_variance(q, periods, above=cutoff)
+            loud = jnp.any(jnp.abs(jnp.fft.rfft(q, axis=0)) ** 2 > threshold * floor, axis=1)
+            mask = jax.lax.stop_gradient(jnp.asarray(mask) | (jnp.asarray(band) & loud))
+        jw = (1j * omega)[:, None]
+
+        def fourier(x):
+            kept = jnp.fft.rfft(x, axis=0) * mask[:, None]
+            return (
+                jnp.fft.irfft(kept, n=n_samples, axis=0),
+                jnp.fft.irfft(jw * kept, n=n_samples, axis=0),
+                jnp.fft.irfft(jw**2 * kept, n=n_samples, axis=0),
+            )
+
+        return fourier
+    if cutoff is None:
+        raise ValueError("method='butterworth' needs a cutoff harmonic.")
+    gain = 1.0 / (1.0 + (omega / (cutoff * omega_f)) ** (2 * order))
+
+    def butterworth(x):
+        q_f = jnp.fft.irfft(jnp.fft.rfft(x, axis=0) * gain[:, None], n=n_samples, axis=0)
+        ahead, behind = jnp.roll(q_f, -1, axis=0), jnp.roll(q_f, 1, axis=0)
+        qd = (ahead - behind) / (2 * sample_step)
+        qdd = (ahead - 2 * q_f + behind) / sample_step**2
+        return q_f, qd, qdd
+
+    return butterworth
+
+
 def periodic_derivatives(
     q: Float[Array, "M 2"],
     sample_step: float,
@@ -106,7 +190,7 @@ def periodic_derivatives(
     cutoff: int | None = None,
     lines: tuple[int, ...] = (),
     order: int = 4,
-    threshold: float = 10.0,
+    threshold: float = DETECTION_THRESHOLD,
 ) -> tuple[Float[Array, "M 2"], Float[Array, "M 2"], Float[Array, "M 2"]]:
     """Filtered angles, velocities and accelerations from a record of whole periods.
 
@@ -115,47 +199,29 @@ def periodic_derivatives(
         sample_step: ``Δ`` [s] (static).
         period: ``T`` [s] (static).
         method: ``"fourier"`` or ``"butterworth"`` (see the module docstring).
-        keep: ``"excited"`` or ``"band"`` (``"fourier"`` only).
-        cutoff: the band edge as a harmonic index of ``ω_f`` (``"band"`` and ``"butterworth"``).
-        lines: the excited harmonic indices (``keep="excited"``).
+        keep: ``"excited"``, ``"band"`` or ``"detected"`` (``"fourier"`` only).
+        cutoff: the band edge as a harmonic index of ``ω_f`` (``"band"``, ``"detected"`` and
+            ``"butterworth"``; ``default_cutoff`` gives the default rule).
+        lines: the excited harmonic indices (``keep="excited"``/``"detected"``).
         order: Butterworth order.
-        threshold: detection threshold over the noise floor (``keep="detected"``).
+        threshold: detection threshold over the noise floor (``keep="detected"``; default
+            ``DETECTION_THRESHOLD``).
 
     Returns:
         ``(q_f, q', q'')`` each ``(M, d)`` [rad, rad/s, rad/s²]. ``jit``/``vmap``-compatible; the
-        options are static.
+        options are static. ``derivative_filter(q, …)(q)``.
     """
-    q = jnp.asarray(q)
-    n_samples = q.shape[0]
-    n_per = int(round(period / sample_step))
-    periods = n_samples // n_per if n_per and n_samples % n_per == 0 else 0
-    _check(method, keep, n_samples, periods)
-    omega_f = 2 * math.pi / period
-    spectrum = jnp.fft.rfft(q, axis=0)
-    omega = np.arange(n_samples // 2 + 1) * (omega_f / periods)
-    if method == "fourier":
-        mask = kept_bins(n_samples, periods, keep=keep, cutoff=cutoff, lines=lines)
-        if keep == "detected":
-            if cutoff is None:
-                raise ValueError("keep='detected' needs a cutoff harmonic (the highest one considered).")
-            band = kept_bins(n_samples, periods, keep="band", cutoff=cutoff)
-            floor = n_samples * noise_variance(q, periods, above=cutoff)
-            loud = jnp.any(jnp.abs(spectrum) ** 2 > threshold * floor, axis=1)
-            mask = jnp.asarray(mask) | (jnp.asarray(band) & loud)
-        kept = spectrum * mask[:, None]
-        jw = (1j * omega)[:, None]
-        q_f = jnp.fft.irfft(kept, n=n_samples, axis=0)
-        qd = jnp.fft.irfft(jw * kept, n=n_samples, axis=0)
-        qdd = jnp.fft.irfft(jw**2 * kept, n=n_samples, axis=0)
-        return q_f, qd, qdd
-    if cutoff is None:
-        raise ValueError("method='butterworth' needs a cutoff harmonic.")
-    gain = 1.0 / (1.0 + (omega / (cutoff * omega_f)) ** (2 * order))
-    q_f = jnp.fft.irfft(spectrum * gain[:, None], n=n_samples, axis=0)
-    ahead, behind = jnp.roll(q_f, -1, axis=0), jnp.roll(q_f, 1, axis=0)
-    qd = (ahead - behind) / (2 * sample_step)
-    qdd = (ahead - 2 * q_f + behind) / sample_step**2
-    return q_f, qd, qdd
+    return derivative_filter(
+        q,
+        sample_step,
+        period,
+        method=method,
+        keep=keep,
+        cutoff=cutoff,
+        lines=lines,
+        order=order,
+        threshold=threshold,
+    )(jnp.asarray(q))
 
 
 def noise_variance(

@@ -19,14 +19,17 @@ they integrate the *same* discrete dynamics.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
+import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .excitation import Multisine
 
-__all__ = ["rk4_step", "torque_grid", "sincos"]
+__all__ = ["rk4_step", "torque_grid", "applied_offset", "sincos", "RK4", "RK4_TABLEAU"]
 
 
 def rk4_step(rates: Callable, y, stage_torques: Float[Array, "3 2"], h: float):
@@ -62,6 +65,41 @@ def torque_grid(excitation: Multisine, h: float, steps: int) -> Float[Array, "st
     """
     u = excitation.replace(scale=1.0).torque(jnp.arange(2 * steps + 1) * (h / 2))
     return jnp.stack([u[0:-1:2], u[1::2], u[2::2]], axis=1)
+
+
+#: The classic RK4 tableau (``rk4_step`` written as a diffrax Butcher tableau): stages at
+#: ``t``, ``t + h/2``, ``t + h/2``, ``t + h`` — the rows of ``torque_grid``.
+RK4_TABLEAU = diffrax.ButcherTableau(
+    c=np.array([0.5, 0.5, 1.0]),
+    b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
+    b_error=np.array([0.0, 0.0, 0.0, 0.0]),
+    a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
+)
+
+
+class RK4(diffrax.AbstractERK):
+    """The classic fourth-order Runge–Kutta method as a diffrax solver (fixed steps only).
+
+    The same method as ``rk4_step`` (diffrax combines the stages in its own order, so the two
+    agree to rounding, not bit for bit); its stages sit on the ``torque_grid`` times.
+    """
+
+    tableau: ClassVar[diffrax.ButcherTableau] = RK4_TABLEAU
+    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms):
+        return 4
+
+
+def applied_offset(record, excitation: Multisine) -> Float[Array, "2"]:
+    """The constant torque ``tau0`` [N m] applied with the multisine, read from a record:
+    ``mean(tau − u(t))`` over its samples (exact when ``tau = tau0 + u(t)``).
+
+    The one place estimators read the holding torque of the *true* arm off the data (the model's
+    ``holding_torque(arm, q0)`` is what ``simulate`` applies; an estimator cannot evaluate it
+    without knowing the arm). Batched records give ``(..., 2)``.
+    """
+    return jnp.mean(record.tau - excitation.torque(record.t), axis=-2)
 
 
 # -- fast trigonometry -------------------------------------------------------------------------

@@ -17,12 +17,26 @@ Functions work on the trailing matrix axes and are ``jit``/``vmap``/``grad``-com
 
 from __future__ import annotations
 
+from typing import Any
+
+import equinox.internal as eqxi
 import jax.numpy as jnp
+import lineax as lx
 from jaxtyping import Array, Float
+
+# lineax's helpers for flattening operator input/output structures (as its own solvers use them).
+from lineax._solver.misc import pack_structures, ravel_vector, transpose_packed_structures, unravel_solution
 
 __all__ = [
     "RCOND",
     "INFORMATION_RCOND",
+    "solve",
+    "inverse",
+    "cholesky",
+    "solve_triangular",
+    "information_rcond",
+    "is_singular_information",
+    "SmallSolver",
     "solve_2x2",
     "inverse_2x2",
     "small_qr",
@@ -31,8 +45,9 @@ __all__ = [
     "triangular_rcond",
 ]
 
-#: Relative singular value of a column-scaled matrix below which it is rank-deficient.
-RCOND = 1e-10
+#: Relative size of the smallest diagonal entry of ``R`` (``A = QR`` of the column-scaled ``A``),
+#: an estimate of its relative smallest singular value, below which ``A`` counts as rank-deficient.
+RCOND = 1e-7
 
 #: The same rule for an information (Gram) matrix ``AᵀA``, whose singular values are the squares.
 INFORMATION_RCOND = RCOND**2
@@ -114,3 +129,136 @@ def lstsq(
     r_safe = r + jnp.diag(jnp.where(d > rcond * jnp.max(d), 0.0, 1.0))
     pinv = upper_triangular_inverse(r_safe) @ q.T / scale[:, None]
     return pinv @ b, pinv, singular
+
+
+def solve(a: Float[Array, "n n"], b: Array) -> Array:
+    """``a⁻¹ b`` for a small square ``a`` ``(n, n)`` and ``b`` ``(n,)`` or ``(n, k)``.
+
+    Gaussian elimination with partial pivoting, unrolled over the static ``n`` (meant for
+    ``n ≲ 12``); no LAPACK call. A singular ``a`` gives ``inf``/``nan`` (test it with the policy
+    functions first where it can be).
+    """
+    n = a.shape[0]
+    vector = b.ndim == 1
+    m = jnp.concatenate([a, b[:, None] if vector else b], axis=1).astype(jnp.result_type(a, b))
+    for j in range(n):
+        pivot = j + jnp.argmax(jnp.abs(m[j:, j]))
+        row_j, row_p = m[j], m[pivot]
+        m = m.at[pivot].set(row_j).at[j].set(row_p)
+        factors = m[j + 1 :, j] / m[j, j]
+        m = m.at[j + 1 :].add(-factors[:, None] * m[j])
+    x = [None] * n
+    for i in range(n - 1, -1, -1):
+        acc = m[i, n:]
+        for k in range(i + 1, n):
+            acc = acc - m[i, k] * x[k]
+        x[i] = acc / m[i, i]
+    out = jnp.stack(x, axis=0)
+    return out[:, 0] if vector else out
+
+
+def inverse(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """``a⁻¹`` of a small square matrix (``solve(a, I)``); no LAPACK call."""
+    return solve(a, jnp.eye(a.shape[0], dtype=a.dtype))
+
+
+def cholesky(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """Lower Cholesky factor ``L`` (``a = L Lᵀ``) of a small symmetric positive definite matrix,
+    unrolled over the static ``n``; no LAPACK call. Not positive definite: ``nan`` entries."""
+    n = a.shape[0]
+    cols = []
+    for j in range(n):
+        v = a[:, j]
+        for k in range(j):
+            v = v - cols[k] * cols[k][j]
+        d = jnp.sqrt(v[j])
+        col = jnp.where(jnp.arange(n) >= j, v / d, 0.0)
+        cols.append(col)
+    return jnp.stack(cols, axis=1)
+
+
+def solve_triangular(t: Float[Array, "n n"], b: Array, *, lower: bool) -> Array:
+    """``t⁻¹ b`` for a small triangular ``t`` by unrolled substitution; ``b`` ``(n,)`` or ``(n, k)``."""
+    n = t.shape[0]
+    x = [None] * n
+    order = range(n) if lower else range(n - 1, -1, -1)
+    for i in order:
+        acc = b[i]
+        others = range(i) if lower else range(i + 1, n)
+        for k in others:
+            acc = acc - t[i, k] * x[k]
+        x[i] = acc / t[i, i]
+    return jnp.stack(x, axis=0)
+
+
+def information_rcond(a: Float[Array, "p p"]) -> Float[Array, ""]:
+    """Rank measure of a symmetric positive semi-definite (information, Gram) matrix: scale it to
+    unit diagonal, then ``min / max`` of the pivots of its Cholesky (LDLᵀ) factorisation.
+
+    For a Gram matrix ``AᵀA`` this is the square of ``lstsq``'s measure on ``A`` (the pivots
+    are the squared diagonal of ``R`` in ``A = QR``); 0 for a rank-deficient or non-finite
+    matrix. No LAPACK call.
+    """
+    p = a.shape[0]
+    d = jnp.sqrt(jnp.abs(jnp.diag(a)))
+    d = jnp.where(d > 0, d, 1.0)
+    s = a / d[:, None] / d[None, :]
+    pivots = []
+    cols = []
+    for j in range(p):
+        v = s[:, j]
+        for k in range(j):
+            v = v - cols[k] * cols[k][j] / pivots[k]
+        pivots.append(v[j])
+        cols.append(jnp.where(jnp.arange(p) >= j, v, 0.0))
+    piv = jnp.stack(pivots)
+    ratio = jnp.min(piv) / jnp.max(piv)
+    return jnp.where(jnp.all(jnp.isfinite(piv)) & (ratio > 0), ratio, 0.0)
+
+
+def is_singular_information(a: Float[Array, "p p"], rcond: float = INFORMATION_RCOND) -> Array:
+    """The one singularity rule for an information (Gram) matrix: ``information_rcond(a) < rcond``
+    (``rcond = RCOND²``: the same threshold ``lstsq`` applies to the regressor itself)."""
+    return ~(information_rcond(a) >= rcond)
+
+
+class SmallSolver(lx.AbstractLinearSolver):
+    """A lineax linear solver for small dense operators built from this module's routines (no
+    LAPACK call): square systems by ``solve``, tall ones by least squares (``small_qr``), wide
+    ones by the minimum-norm solution. Pass it to optimistix (``linear_solver=SmallSolver()``,
+    ``adjoint=optx.ImplicitAdjoint(linear_solver=SmallSolver())``) so that optimisers inside a
+    batched sweep stay LAPACK-free. Assumes full rank, like ``lineax.QR``.
+    """
+
+    def init(self, operator, options: dict[str, Any]):
+        del options
+        matrix = operator.as_matrix()
+        return matrix, eqxi.Static(False), pack_structures(operator)
+
+    def compute(self, state, vector, options: dict[str, Any]):
+        del options
+        matrix, transposed, packed = state
+        if transposed.value:
+            matrix = matrix.T
+        b = ravel_vector(vector, packed)
+        m, n = matrix.shape
+        if m == n:
+            x = solve(matrix, b)
+        elif m > n:
+            q, r = small_qr(matrix)
+            x = solve_triangular(r, q.T @ b, lower=False)
+        else:
+            q, r = small_qr(matrix.T)
+            x = q @ solve_triangular(r.T, b, lower=True)
+        return unravel_solution(x, packed), lx.RESULTS.successful, {}
+
+    def transpose(self, state, options: dict[str, Any]):
+        matrix, transposed, packed = state
+        return (matrix, eqxi.Static(not transposed.value), transpose_packed_structures(packed)), {}
+
+    def conj(self, state, options: dict[str, Any]):
+        matrix, transposed, packed = state
+        return (matrix.conj(), transposed, packed), {}
+
+    def assume_full_rank(self):
+        return True

@@ -10,18 +10,27 @@ linearisation may have unstable poles (``LinearArm.is_stable`` says so).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Float
 
-from .model import TwoLinkArm, gravity_torque, mass_matrix
+from .linalg import inverse_2x2
+from .model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, gravity_torque, mass_matrix, validate_unknowns
 
 __all__ = [
     "LinearArm",
     "linearise",
     "paper_state_matrices",
     "corrected_point_mass_state_matrices",
+    "UNSTRUCTURED_NAMES",
+    "resolve_unknowns",
+    "linear_system",
+    "parameter_values",
+    "impedance_model",
+    "is_affine",
 ]
 
 
@@ -48,12 +57,16 @@ class LinearArm(eqx.Module):
         return self.stiffness - w**2 * self.mass + 1j * w * self.damping
 
     def frequency_response(self, omega: Float[ArrayLike, "*k"]) -> Complex[Array, "*k 2 2"]:
-        """``H(jω) = Z(jω)⁻¹`` [rad/(N m)], mapping torque phasors to angle phasors."""
-        return jnp.linalg.inv(self.impedance(omega))
+        """``H(jω) = Z(jω)⁻¹`` [rad/(N m)], mapping torque phasors to angle phasors.
+
+        The closed-form 2x2 inverse (``jaxid.linalg.inverse_2x2``): no LAPACK call, so it is safe
+        inside optimiser loops under a large ``vmap`` (see ``jaxid.linalg``).
+        """
+        return inverse_2x2(self.impedance(omega))
 
     def state_space(self) -> tuple[Float[Array, "4 4"], Float[Array, "4 2"]]:
         """``x' = A x + B δτ`` with ``x = (δq, δq')``."""
-        dinv = jnp.linalg.inv(self.mass)
+        dinv = inverse_2x2(self.mass)
         zero, eye = jnp.zeros((2, 2)), jnp.eye(2)
         a = jnp.block([[zero, eye], [-dinv @ self.stiffness, -dinv @ self.damping]])
         b = jnp.concatenate([zero, dinv], axis=0)
@@ -96,7 +109,7 @@ def corrected_point_mass_state_matrices(arm: TwoLinkArm, q0: ArrayLike = (0.0, 0
     14 and 15 should read. Returns two ``(2, 2)`` arrays.
     """
     lin = linearise(arm, q0)
-    dinv = jnp.linalg.inv(lin.mass)
+    dinv = inverse_2x2(lin.mass)
     return -dinv @ lin.stiffness, dinv
 
 
@@ -139,3 +152,125 @@ def paper_state_matrices(arm: TwoLinkArm, q0: ArrayLike = (0.0, 0.0)) -> tuple[A
     a = jnp.array([[a11, a12], [a21, a22]])
     b = jnp.array([[b11, b12], [b12, b22]])
     return a, b
+
+
+# -- parameterisations of the linearised arm ----------------------------------------------------
+#
+# The frequency-domain estimators and the Cramér–Rao bound work on the linearisation
+# ``D0 δq'' + Fv δq' + K0 δq = δτ``. Its unknowns are either *physical* parameters of the arm
+# (any of ``PARAMETER_NAMES``; the linearisation is re-derived by autodiff for each value), or an
+# *unstructured* set of entries of ``D0``, ``K0`` and ``Fv`` themselves (``UNSTRUCTURED_NAMES``;
+# ``D0`` and ``K0`` are symmetric, ``Fv`` diagonal), useful when the arm's geometry is not
+# trusted (e.g. the table1 arm with unknown inertias and centres of mass).
+
+#: Entries of the linearisation that an unstructured fit may take as unknowns: ``d11, d12, d22``
+#: of ``D0`` [kg m²], ``k11, k12, k22`` of ``K0`` [N m/rad] and ``fv1, fv2`` of ``Fv`` [N m s/rad].
+UNSTRUCTURED_NAMES: tuple[str, ...] = ("d11", "d12", "d22", "k11", "k12", "k22", "fv1", "fv2")
+
+_MATRIX_ENTRIES = {
+    "d11": ("mass", 0, 0),
+    "d12": ("mass", 0, 1),
+    "d22": ("mass", 1, 1),
+    "k11": ("stiffness", 0, 0),
+    "k12": ("stiffness", 0, 1),
+    "k22": ("stiffness", 1, 1),
+    "fv1": ("damping", 0, 0),
+    "fv2": ("damping", 1, 1),
+}
+
+
+def resolve_unknowns(unknowns: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """Check a set of unknowns; return ``(unknowns, unstructured)``.
+
+    The set is *unstructured* when it names any entry of ``D0`` or ``K0`` (``d11 … k22``); then
+    every name must be in ``UNSTRUCTURED_NAMES`` (``fv1``/``fv2`` are the diagonal of ``Fv``).
+    Otherwise every name must be a physical parameter (``PARAMETER_NAMES``). Raises
+    ``ValueError`` saying what to change.
+    """
+    if isinstance(unknowns, str):
+        unknowns = (unknowns,)
+    unknowns = tuple(unknowns)
+    matrix = [u for u in unknowns if u in _MATRIX_ENTRIES and u not in ("fv1", "fv2")]
+    if matrix:
+        return validate_unknowns(unknowns, UNSTRUCTURED_NAMES), True
+    return validate_unknowns(unknowns, PARAMETER_NAMES), False
+
+
+def linear_system(
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    theta: Float[ArrayLike, " p"],
+    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+) -> LinearArm:
+    """The linearisation at ``q0`` of ``nominal`` with the unknowns set to ``theta``.
+
+    Physical unknowns are written into the arm and the arm is linearised by autodiff; unstructured
+    unknowns overwrite entries of the nominal linearisation (symmetrically for ``d12``, ``k12``).
+    Traceable in ``theta`` (this is the model every frequency-domain estimator fits, and what the
+    Cramér–Rao bound differentiates).
+    """
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    theta = jnp.asarray(theta)
+    if theta.shape != (len(unknowns),):
+        raise ValueError(f"theta must have shape ({len(unknowns)},) for {list(unknowns)}, got {theta.shape}.")
+    if not unstructured:
+        return linearise(nominal.with_parameters(unknowns, theta), q0)
+    lin = linearise(nominal, q0)
+    for i, name in enumerate(unknowns):
+        field, r, c = _MATRIX_ENTRIES[name]
+        m = getattr(lin, field).at[r, c].set(theta[i]).at[c, r].set(theta[i])
+        lin = eqx.tree_at(lambda a, field=field: getattr(a, field), lin, m)
+    return lin
+
+
+def parameter_values(
+    arm: TwoLinkArm, unknowns: Sequence[str], q0: Float[ArrayLike, " 2"] = (0.0, 0.0)
+) -> Float[Array, " p"]:
+    """The true values of ``unknowns`` for ``arm`` (physical or unstructured; see ``linear_system``)."""
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    if not unstructured:
+        return arm.parameter_vector(unknowns)
+    lin = linearise(arm, q0)
+    return jnp.stack(
+        [getattr(lin, _MATRIX_ENTRIES[n][0])[_MATRIX_ENTRIES[n][1], _MATRIX_ENTRIES[n][2]] for n in unknowns]
+    )
+
+
+def is_affine(unknowns: Sequence[str]) -> bool:
+    """Whether the impedance ``Z(ω; θ)`` is affine in ``θ`` (masses, inertias, friction, or
+    unstructured entries; not lengths or centres of mass)."""
+    unknowns, unstructured = resolve_unknowns(unknowns)
+    return unstructured or all(u in LINEAR_PARAMETERS for u in unknowns)
+
+
+def impedance_model(
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    omega: Float[ArrayLike, " L"],
+    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+) -> Callable[[Array], Array]:
+    """``θ ↦ Z(ω_k; θ)``, shape ``(L, 2, 2)`` complex, for the lines ``omega`` [rad/s].
+
+    When ``Z`` is affine in ``θ`` (``is_affine``) it is precomputed once as
+    ``Z0 + Σ_i θ_i Z_i`` (exact), which keeps iterative fits cheap; otherwise the arm is
+    re-linearised at every call.
+    """
+    unknowns, _ = resolve_unknowns(unknowns)
+    omega = jnp.asarray(omega)
+    q0 = jnp.asarray(q0, dtype=float)
+
+    def full(theta):
+        return linear_system(nominal, unknowns, theta, q0).impedance(omega)
+
+    if not is_affine(unknowns):
+        return full
+
+    def split(theta):
+        z = full(theta)
+        return jnp.stack([jnp.real(z), jnp.imag(z)])
+
+    zero = jnp.zeros(len(unknowns))
+    z0 = full(zero)
+    jac = jax.jacfwd(split)(zero)  # (2, L, 2, 2, p), exact for an affine map
+    zi = jac[0] + 1j * jac[1]
+    return lambda theta: z0 + zi @ theta.astype(zi.dtype)

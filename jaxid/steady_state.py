@@ -4,8 +4,8 @@ Under a multisine of period ``T`` the (damped) arm settles on a ``T``-periodic o
 integrating the transient away (``simulate``), this module solves for the orbit directly:
 
 - **Period map.** ``Φ(x0; θ)`` integrates one period from the state ``x0 = (q, q')`` at ``t = 0``
-  with the same fixed-step RK4 and the same torque table as ``simulate(solver="rk4")`` (step
-  ``Δ / substeps``, torque tabulated on the half-step grid), returning ``x(T)`` and the angle
+  with the same fixed-step RK4 and the same torque grid as ``simulate(solver="rk4")`` (step
+  ``Δ / substeps``, ``jaxid.integrate.rk4_step`` and ``torque_grid``), returning ``x(T)`` and the angle
   samples ``q(nΔ)``, ``n = 0 … N − 1``. On a periodic orbit these samples are exactly what
   ``simulate`` records once the transient has died out (up to rounding and the residual
   transient, ``~e^{−σ · discard · T}``).
@@ -38,10 +38,13 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from . import linalg
 from .excitation import Multisine
+from .integrate import rk4_step, torque_grid
 from .linearisation import linearise
-from .model import TwoLinkArm, forward_dynamics, gravity_torque, validate_unknowns
-from .simulation import steps_per_period
+from .model import TwoLinkArm, forward_dynamics, holding_torque, validate_unknowns
+from .phasors import respond, synthesise
+from .types import steps_per_period
 
 __all__ = [
     "PeriodicOrbit",
@@ -55,19 +58,20 @@ __all__ = [
 
 
 class TorqueTable(eqx.Module):
-    """The applied torque on the RK4 half-step grid over one period (periodic lookup).
+    """The applied torque at the RK4 stage times of every step of one period (periodic lookup).
 
-    ``tau(i · h/2) = offset + scale · table[i mod L]``, ``L = 2 · N · substeps``; identical to the
-    table ``simulate(solver="rk4")`` uses, so the two integrate the same discrete dynamics.
+    ``torque(n) = offset + scale · grid[n mod S]``, ``(3, 2)`` torques at ``n h``, ``(n + 1/2) h``
+    and ``(n + 1) h``, with ``grid = jaxid.integrate.torque_grid`` (``S = N · substeps`` steps):
+    the same grid ``simulate(solver="rk4")`` uses, so the two integrate the same discrete dynamics.
     """
 
-    table: Float[Array, "L 2"]
+    grid: Float[Array, "S 3 2"]
     offset: Float[Array, "2"]
     scale: Float[Array, ""]
-    half_step: float = eqx.field(static=True)
+    step: float = eqx.field(static=True)
 
-    def __call__(self, index: Int[Array, ""]) -> Float[Array, "2"]:
-        return self.offset + self.scale * self.table[jnp.mod(index, self.table.shape[0])]
+    def __call__(self, n: Int[Array, ""]) -> Float[Array, "3 2"]:
+        return self.offset + self.scale * self.grid[jnp.mod(n, self.grid.shape[0])]
 
 
 def torque_table(
@@ -77,32 +81,25 @@ def torque_table(
     sample_step: float = 0.01,
     substeps: int = 1,
 ) -> TorqueTable:
-    """Tabulate ``offset + u(t)`` on the half-step grid of one period.
+    """Tabulate ``offset + u(t)`` at the RK4 stage times of one period (``torque_grid``).
 
     Raises ``ValueError`` if ``sample_step`` does not divide the period. ``offset`` [N m] is the
-    holding torque ``G(q0)`` of the *true* arm (known, applied), zero at ``q0 = (0, 0)``.
+    applied holding torque of the *true* arm (known, applied), zero at ``q0 = (0, 0)``.
     """
     if not (isinstance(substeps, int) and substeps >= 1):
         raise ValueError(f"substeps must be a positive integer, got {substeps!r}.")
     n_per = steps_per_period(excitation.period, sample_step)
     h = sample_step / substeps
-    grid = jnp.arange(2 * n_per * substeps) * (h / 2)
-    unit = excitation.replace(scale=1.0)
-    return TorqueTable(unit.torque(grid), jnp.asarray(offset, dtype=float), excitation.scale, h / 2)
+    grid = torque_grid(excitation, h, n_per * substeps)
+    return TorqueTable(grid, jnp.asarray(offset, dtype=float), excitation.scale, h)
 
 
 def _rk4_step(arm: TwoLinkArm, torque: TorqueTable, y: Array, n: Array) -> Array:
-    # Classic RK4 over [n h, (n + 1) h]; stages at half-step indices 2n, 2n + 1, 2n + 2.
-    h = 2 * torque.half_step
+    # One RK4 step over [n h, (n + 1) h] (jaxid.integrate.rk4_step, the simulator's step).
+    def f(y, tau):
+        return jnp.concatenate([y[2:], forward_dynamics(arm, y[:2], y[2:], tau)])
 
-    def f(y, i):
-        return jnp.concatenate([y[2:], forward_dynamics(arm, y[:2], y[2:], torque(i))])
-
-    k1 = f(y, 2 * n)
-    k2 = f(y + (h / 2) * k1, 2 * n + 1)
-    k3 = f(y + (h / 2) * k2, 2 * n + 1)
-    k4 = f(y + h * k3, 2 * n + 2)
-    return y + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+    return rk4_step(f, y, torque(n), torque.step)
 
 
 def period_map(
@@ -138,8 +135,9 @@ def linear_initial_state(
     """State ``(q, q')`` at ``t = 0`` of the linearised arm's exact steady state (a starting guess)."""
     lin = linearise(arm, q0)
     omega = jnp.asarray(excitation.line_frequencies)
-    qk = jnp.einsum("kij,kj->ki", lin.frequency_response(omega), excitation.phasors())
-    return jnp.concatenate([lin.q0 + jnp.real(jnp.sum(qk, 0)), jnp.real(jnp.sum(1j * omega[:, None] * qk, 0))])
+    qk = respond(lin.frequency_response(omega), excitation.phasors())
+    t0 = jnp.zeros(1)
+    return jnp.concatenate([lin.q0 + synthesise(qk, omega, t0)[0], synthesise(qk, omega, t0, derivative=1)[0]])
 
 
 class PeriodicOrbit(eqx.Module):
@@ -190,7 +188,7 @@ def periodic_steady_state(
     """
     n_per = steps_per_period(excitation.period, sample_step)
     if offset is None:
-        offset = gravity_torque(arm, jnp.asarray(q0, dtype=float))
+        offset = holding_torque(arm, jnp.asarray(q0, dtype=float))
     offset = jax.lax.stop_gradient(jnp.asarray(offset, dtype=float))
     torque = torque_table(excitation, offset, sample_step=sample_step, substeps=substeps)
     if initial_state is None:
@@ -204,11 +202,12 @@ def periodic_steady_state(
         x = phi(x, jax.lax.stop_gradient(arm))
     sol = optx.root_find(
         lambda x, arm: phi(x, arm) - x,
-        optx.Newton(rtol=tolerance, atol=tolerance),
+        optx.Newton(rtol=tolerance, atol=tolerance, linear_solver=linalg.SmallSolver()),
         x,
         args=arm,
         max_steps=max_iterations,
         throw=False,
+        adjoint=optx.ImplicitAdjoint(linear_solver=linalg.SmallSolver()),
     )
     x0 = sol.value
     x_end, q = period_map(arm, torque, x0, samples_per_period=n_per, substeps=substeps)
@@ -267,7 +266,7 @@ def period_sensitivities(
     phi_x, phi_t = dx_end[:4].T, dx_end[4:].T  # (4, 4), (4, p)
     q_x, q_t = jnp.moveaxis(dq[:4], 0, -1), jnp.moveaxis(dq[4:], 0, -1)  # (N, 2, 4), (N, 2, p)
     lhs = jnp.eye(4) - phi_x
-    solved = jnp.linalg.solve(lhs, jnp.concatenate([(x_end - x0)[:, None], phi_t], axis=1))
+    solved = linalg.solve(lhs, jnp.concatenate([(x_end - x0)[:, None], phi_t], axis=1))
     dx0, gain = solved[:, 0], solved[:, 1:]
     return PeriodSensitivities(
         q=q,

@@ -48,14 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 #: Edges known to be wrong and being moved, as (importer, imported) module names. Each one makes
 #: ``test_known_violations_are_still_there`` pass; remove it from here once it is gone.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # crlb uses the linear parameterisation of estimators.base, closing the cycle
-        # crlb -> estimators/__init__ -> estimators.nonlinear -> crlb; it moves to linearisation.
-        ("crlb", "estimators.base"),
-        ("crlb", "estimators"),
-    }
-)
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 _LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -28,7 +28,7 @@ The arm estimators ``ekf`` and ``ukf`` run them on the augmented state
   ``initial_velocity_std`` (5 rad/s: the filter is causal, it does not peek at the record to
   initialise the velocity), ``θ`` from ``initial_guess`` (default ``initial_factor = 1.3`` times
   the nominal values of the unknowns: a prior guess 30 % off, never the truth) with relative std
-  ``initial_relative_std`` (0.3). Tuning (notes/issue5.md): with a velocity prior of 1 rad/s the
+  ``initial_relative_std`` (0.3). Tuning (docs/estimators.md): with a velocity prior of 1 rad/s the
   first second's innovations (the arm moves at a few rad/s at scale 1) were absorbed by ``θ`` and
   2/50 trials locked onto a wrong solution; 5 rad/s and 0.3 fixed that on 2 × 50 trials;
 - output: ``value`` and ``covariance`` are the final filtered mean and covariance of ``θ``;
@@ -48,8 +48,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .. import linalg
 from ..derivatives import noise_variance
 from ..excitation import Multisine
+from ..integrate import applied_offset, rk4_step, torque_grid
 from ..model import TwoLinkArm, forward_dynamics, validate_unknowns
 from ..simulation import Record
 from .base import CONVERGED, FAILED, Estimate, register
@@ -80,8 +82,8 @@ def _symmetrise(a):
 
 
 def _gaussian_log_density(resid, innovation_cov):
-    chol = jnp.linalg.cholesky(innovation_cov)
-    white = jax.scipy.linalg.solve_triangular(chol, resid, lower=True)
+    chol = linalg.cholesky(innovation_cov)
+    white = linalg.solve_triangular(chol, resid, lower=True)
     return -0.5 * (white @ white) - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * resid.shape[0] * jnp.log(2 * jnp.pi)
 
 
@@ -90,7 +92,7 @@ def _condition(mean, cov, y_pred, cross, innovation_cov, y):
 
     ``cross = Cov(x, y)``; returns the conditioned mean and covariance and the log-likelihood.
     """
-    gain = jnp.linalg.solve(innovation_cov, cross.T).T
+    gain = linalg.solve(innovation_cov, cross.T).T
     resid = y - y_pred
     mean = mean + gain @ resid
     cov = _symmetrise(cov - gain @ innovation_cov @ gain.T)
@@ -100,7 +102,7 @@ def _condition(mean, cov, y_pred, cross, innovation_cov, y):
 def _ekf_condition(mean, cov, h, R, y):
     jac = jax.jacfwd(h)(mean)
     innovation_cov = _symmetrise(jac @ cov @ jac.T + R)
-    gain = jnp.linalg.solve(innovation_cov, jac @ cov).T
+    gain = linalg.solve(innovation_cov, jac @ cov).T
     resid = y - h(mean)
     # Joseph form: stays symmetric positive semi-definite in long runs.
     a = jnp.eye(mean.shape[0]) - gain @ jac
@@ -172,7 +174,7 @@ def extended_kalman_filter(
 def _sigma_points(mean, cov, alpha, beta, kappa):
     n = mean.shape[0]
     lam = alpha**2 * (n + kappa) - n
-    chol = jnp.linalg.cholesky(_symmetrise(cov) * (n + lam))
+    chol = linalg.cholesky(_symmetrise(cov) * (n + lam))
     points = jnp.concatenate([mean[None], mean[None] + chol.T, mean[None] - chol.T])
     w_mean = jnp.full(2 * n + 1, 0.5 / (n + lam)).at[0].set(lam / (n + lam))
     w_cov = w_mean.at[0].add(1 - alpha**2 + beta)
@@ -248,23 +250,17 @@ def arm_transition(nominal: TwoLinkArm, unknowns: Sequence[str], sample_step: fl
         def field(y, tau):
             return jnp.concatenate([y[2:], forward_dynamics(arm, y[:2], y[2:], tau)])
 
-        y = x[:4]
-        k1 = field(y, u[0])
-        k2 = field(y + 0.5 * sample_step * k1, u[1])
-        k3 = field(y + 0.5 * sample_step * k2, u[1])
-        k4 = field(y + sample_step * k3, u[2])
-        y = y + sample_step / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        return jnp.concatenate([y, theta])
+        return jnp.concatenate([rk4_step(field, x[:4], u, sample_step), theta])
 
     return f
 
 
 def _stage_torques(record: Record, excitation: Multisine):
-    # tau(t) = tau0 + u(t); tau0 is read from the record so it need not be known in advance.
-    offset = jnp.mean(record.tau - excitation.torque(record.t), axis=0)
-    h = record.sample_step
-    t = record.t[:, None] + jnp.asarray([0.0, 0.5 * h, h])
-    return offset + excitation.torque(t)  # (M, 3, 2)
+    # tau(t) = tau0 + u(t) at the RK4 stages of each sampling interval: the simulator's torque grid
+    # (whole periods from a period boundary), with tau0 read from the record.
+    offset = applied_offset(record, excitation)
+    grid = torque_grid(excitation, record.sample_step, record.samples_per_period)
+    return offset + excitation.scale * jnp.tile(grid, (record.measured_periods, 1, 1))  # (M, 3, 2)
 
 
 def _measurement_variance(record, excitation, noise_std):

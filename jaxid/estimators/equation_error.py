@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
-from ..linalg import lstsq
+from ..linalg import RCOND, lstsq
 from ..model import LINEAR_PARAMETERS, TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients, line_noise_variance
@@ -39,8 +39,8 @@ __all__ = ["equation_error", "equation_error_fit", "line_variance", "solve_least
 
 Weighting = Literal["pooled", "per_line"]
 
-# Relative singular value below which a (column-scaled) regressor counts as rank-deficient.
-_RCOND = 1e-10
+# The one singularity policy (jaxid.linalg).
+_RCOND = RCOND
 
 
 def line_variance(

@@ -28,6 +28,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
+from ..linalg import RCOND, SmallSolver
 from ..model import TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients
@@ -86,7 +87,7 @@ def gauss_newton_covariance(residual: Callable[[Array], Array], theta: Array) ->
     # (JᵀJ)⁻¹ = R⁻¹ R⁻ᵀ from a thin QR of the column-scaled J (no LAPACK, see base.small_qr).
     _, r = small_qr(j / scale)
     d = jnp.abs(jnp.diag(r))
-    singular = ~(jnp.all(jnp.isfinite(r)) & (jnp.min(d) > 1e-7 * jnp.max(d)))
+    singular = ~(jnp.all(jnp.isfinite(r)) & (jnp.min(d) > RCOND * jnp.max(d)))
     rinv = upper_triangular_inverse(r)
     cov = (rinv @ rinv.T) / scale[:, None] / scale[None, :]
     return cov, singular
@@ -112,12 +113,19 @@ def levenberg_marquardt(
     member stops).
     """
     if solver == "levenberg_marquardt":
-        method = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+        method = optx.LevenbergMarquardt(rtol=rtol, atol=atol, linear_solver=SmallSolver())
     elif solver == "gauss_newton":
-        method = optx.GaussNewton(rtol=rtol, atol=atol)
+        method = optx.GaussNewton(rtol=rtol, atol=atol, linear_solver=SmallSolver())
     else:
         raise ValueError(f"solver must be 'levenberg_marquardt' or 'gauss_newton', got {solver!r}.")
-    sol = optx.least_squares(lambda y, _: residual(y), method, theta0, max_steps=max_steps, throw=False)
+    sol = optx.least_squares(
+        lambda y, _: residual(y),
+        method,
+        theta0,
+        max_steps=max_steps,
+        throw=False,
+        adjoint=optx.ImplicitAdjoint(linear_solver=SmallSolver()),
+    )
     status = jnp.where(
         sol.result == optx.RESULTS.successful,
         CONVERGED,

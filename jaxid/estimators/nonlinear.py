@@ -49,8 +49,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .. import linalg
+from ..derivatives import DETECTION_THRESHOLD, default_cutoff, periodic_derivatives
 from ..excitation import Multisine
-from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, gravity_torque, regressor, validate_unknowns
+from ..integrate import applied_offset
+from ..linalg import lstsq
+from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, holding_torque, regressor, validate_unknowns
 from ..simulation import Record, steps_per_period
 from ..steady_state import (
     period_map,
@@ -69,7 +73,6 @@ __all__ = [
 ]
 
 _LAMBDA_MIN, _LAMBDA_MAX = 1e-12, 1e10
-_SINGULAR_CONDITION = 1e13
 _COST_ROUNDING = 1e-12
 
 
@@ -90,26 +93,18 @@ def _check(record: Record, excitation: Multisine, unknowns) -> tuple[tuple[str, 
 
 
 def filtered_derivatives(
-    data: Float[Array, "N 2"], period: float, cutoff: int, threshold: float = 30.0
+    data: Float[Array, "N 2"], period: float, cutoff: int, threshold: float = DETECTION_THRESHOLD
 ) -> tuple[Float[Array, "N 2"], Float[Array, "N 2"], Float[Array, "N 2"]]:
     """Zero-mean ``q, q', q''`` of one period of angles from its significant Fourier lines.
 
-    Keeps the harmonics ``1 ≤ k ≤ cutoff`` whose power exceeds ``threshold`` times the noise floor
-    (median power over the top half of the band) in either joint. Zero-phase and exact for a
-    noise-free periodic signal inside the band; the mean (DC) is dropped.
+    ``jaxid.derivatives.periodic_derivatives`` with ``keep="detected"``: the harmonics
+    ``1 ≤ k ≤ cutoff`` whose power exceeds ``threshold`` times the noise floor in either joint
+    (the one detection policy); the mean (DC) is removed. Zero-phase and exact for a noise-free
+    periodic signal inside the band.
     """
     n = data.shape[0]
-    spec = jnp.fft.rfft(data, axis=0)
-    k = jnp.arange(spec.shape[0])
-    power = jnp.abs(spec) ** 2
-    floor = jnp.median(power[n // 4 :], axis=0)
-    keep = (k >= 1) & (k <= cutoff) & jnp.any(power > threshold * floor, axis=1)
-    spec = jnp.where(keep[:, None], spec, 0.0)
-    w = (2 * jnp.pi / period) * k[:, None]
-    q = jnp.fft.irfft(spec, n=n, axis=0)
-    qd = jnp.fft.irfft(1j * w * spec, n=n, axis=0)
-    qdd = jnp.fft.irfft(-(w**2) * spec, n=n, axis=0)
-    return q, qd, qdd
+    q, qd, qdd = periodic_derivatives(data, period / n, period, keep="detected", cutoff=cutoff, threshold=threshold)
+    return q - jnp.mean(q, axis=0), qd, qdd
 
 
 def inverse_dynamics_start(
@@ -119,7 +114,7 @@ def inverse_dynamics_start(
     unknowns: Sequence[str],
     period: float,
     cutoff: int,
-    threshold: float = 30.0,
+    threshold: float = DETECTION_THRESHOLD,
     q0: Float[ArrayLike, "2"] = (0.0, 0.0),
 ) -> Float[Array, " p"]:
     """Least-squares fit of the **nonlinear** inverse dynamics ``tau = Y(q, q', q'') θ + tau_known``.
@@ -136,7 +131,7 @@ def inverse_dynamics_start(
     y = y - jnp.mean(y, axis=0)
     b = torque - tau_known
     b = b - jnp.mean(b, axis=0)
-    return jnp.linalg.lstsq(y.reshape(-1, y.shape[-1]), b.reshape(-1))[0]
+    return lstsq(y.reshape(-1, y.shape[-1]), b.reshape(-1))[0]
 
 
 def _start_candidates(
@@ -171,12 +166,6 @@ def _normal_equations(sens, data, fit_offset):
     r = r.reshape(-1)
     jac = jac.reshape(-1, jac.shape[-1])
     return 0.5 * jnp.dot(r, r), jac.T @ jac, jac.T @ r
-
-
-def _scaled_condition(a):
-    d = jnp.sqrt(jnp.clip(jnp.diag(a), 1e-300))
-    ev = jnp.linalg.eigvalsh(a / d[:, None] / d[None, :])
-    return ev[-1] / jnp.maximum(ev[0], 1e-300)
 
 
 @register("nonlinear_oe")
@@ -216,7 +205,8 @@ def nonlinear_output_error(
         state_tolerance: periodicity defect ``max |Φ(x0) − x0|`` required at convergence.
         damping: initial Levenberg-Marquardt ``λ`` (relative to ``diag(JᵀJ)``).
         derivative_cutoff: harmonic up to which ``q', q''`` are formed for the inverse-dynamics
-            start (default ``3 ·`` the highest excited harmonic).
+            start (default ``jaxid.derivatives.default_cutoff``: ``4 ·`` the highest excited
+            harmonic, at most ``N/4``).
 
     Returns an ``Estimate``; ``history`` is the ``(max_iterations, p)`` accepted iterate after each
     period integration (the final value repeated after convergence). Raises ``ValueError`` for a record that is
@@ -226,10 +216,10 @@ def nonlinear_output_error(
     p = len(unknowns)
     periods = record.measured_periods
     data = jnp.mean(record.q.reshape(periods, n_per, 2), axis=0)
-    offset = jnp.mean(record.tau, axis=0)  # the multisine has no DC line: this is tau0
+    offset = applied_offset(record, excitation)  # tau0, read off the record
     torque = torque_table(excitation, offset, sample_step=record.sample_step, substeps=substeps)
     torque_mean = jnp.mean(record.tau.reshape(periods, n_per, 2), axis=0)
-    cutoff = min(3 * excitation.max_harmonic, n_per // 2 - 1) if derivative_cutoff is None else derivative_cutoff
+    cutoff = default_cutoff(excitation.max_harmonic, n_per) if derivative_cutoff is None else derivative_cutoff
     if initial is not None:
         theta0 = jnp.asarray(initial, dtype=float)
         if theta0.shape != (p,):
@@ -281,7 +271,7 @@ def nonlinear_output_error(
             state["g"],
             state["lam"],
         )
-        step = jnp.linalg.solve(a + lam * jnp.diag(jnp.diag(a)), g)
+        step = linalg.solve(a + lam * jnp.diag(jnp.diag(a)), g)
         return theta + step, xbase + gain @ step
 
     def body(state):
@@ -301,7 +291,7 @@ def nonlinear_output_error(
         ):
             new[key] = jnp.where(accept, value, state[key])
         new["lam"] = jnp.clip(jnp.where(accept, state["lam"] / 3, state["lam"] * 10), _LAMBDA_MIN, _LAMBDA_MAX)
-        gn = jnp.linalg.solve(new["a"], new["g"])
+        gn = linalg.solve(new["a"], new["g"])
         # Converged: the Gauss-Newton step is negligible, or the cost it predicts to remove is
         # below rounding (a noisy, non-zero-residual optimum).
         small = jnp.all(jnp.abs(gn) <= rtol * jnp.abs(new["theta"])) | (
@@ -341,8 +331,8 @@ def nonlinear_output_error(
         variance = 2 * state["cost"] / dof  # of the averaged samples: σ² / P
     else:
         variance = jnp.asarray(noise_std, dtype=float) ** 2 / periods
-    covariance = variance * jnp.linalg.inv(a)
-    singular = ~(_scaled_condition(a) < _SINGULAR_CONDITION)
+    covariance = variance * linalg.inverse(a)
+    singular = linalg.is_singular_information(a)
     status = jnp.where(
         state["converged"],
         jnp.where(singular, SINGULAR, CONVERGED),
@@ -378,7 +368,7 @@ def nonlinear_fisher(
     n_per = steps_per_period(excitation.period, sample_step)
     orbit = periodic_steady_state(arm, excitation, q0=q0, sample_step=sample_step, substeps=substeps)
     torque = torque_table(
-        excitation, gravity_torque(arm, jnp.asarray(q0, dtype=float)), sample_step=sample_step, substeps=substeps
+        excitation, holding_torque(arm, jnp.asarray(q0, dtype=float)), sample_step=sample_step, substeps=substeps
     )
     sens = period_sensitivities(
         arm,

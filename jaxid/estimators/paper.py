@@ -60,8 +60,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from ..excitation import Multisine
+from ..linalg import inverse_2x2
 from ..linearisation import corrected_point_mass_state_matrices
 from ..model import TwoLinkArm, validate_unknowns
+from ..phasors import respond, synthesise
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients
 from .base import CONVERGED, FAILED, SINGULAR, Estimate, register
@@ -239,7 +241,6 @@ def paper_template_response(
     a, bm = corrected_point_mass_state_matrices(arm, q0)
     omega = jnp.asarray(excitation.line_frequencies)
     s = 1j * omega[:, None, None]
-    g = jnp.linalg.solve(s * jnp.eye(2) - a, jnp.broadcast_to(bm.astype(complex), (omega.shape[0], 2, 2)))
-    qk = jnp.einsum("kij,kj->ki", g, excitation.phasors())
-    t = jnp.asarray(t)
-    return jnp.asarray(q0, dtype=float) + jnp.real(jnp.exp(1j * omega[None, :] * t[:, None]) @ qk)
+    g = inverse_2x2(s * jnp.eye(2) - a) @ bm
+    qk = respond(g, excitation.phasors())
+    return jnp.asarray(q0, dtype=float) + synthesise(qk, omega, t)

@@ -13,7 +13,7 @@ differentiation in the frequency domain over the whole periods), ``keep`` (defau
 ``"detected"``: DC, the excited lines, and every other harmonic up to ``cutoff`` whose power is
 more than ``threshold = 10`` times the noise floor), ``cutoff`` (default ``4 ×`` the highest
 excited harmonic, at most ``N/4``; ``2 ×`` for ``"band"`` and ``"butterworth"``) and ``order``
-(Butterworth). ``"detected"`` was the best of the variants measured (notes/issue5.md): keeping a
+(Butterworth). ``"detected"`` was the best of the variants measured (docs/estimators.md): keeping a
 whole band puts high-frequency noise into ``q''``, and the noisy regressor biases the estimate
 towards zero (errors in variables).
 
@@ -34,7 +34,7 @@ Covariance: the sandwich ``P (Σ_n λ^{2(N−n)} Y_nᵀ W Σ_e W Y_n) P`` with `
 the residual variances of the final fit (``σ_j² = Σ_n e_nj² / (M − p/2)``); for ``λ = 1`` and no
 weighting this is the textbook ``σ² (YᵀY)⁻¹``. It treats the equation errors as white; the
 filtered-noise errors are not (they are band-limited and correlated in time), see
-``notes/issue5.md`` for how far this is from the Monte Carlo spread.
+``docs/estimators.md`` for how far this is from the Monte Carlo spread.
 
 Noise mean: the regression uses the angles themselves (gravity), so a noise mean (the paper's
 uniform noise has mean 0.05 rad) biases it. ``measurement_offset`` [rad] is subtracted from the
@@ -56,18 +56,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ..derivatives import kept_bins, noise_variance, periodic_derivatives
+from .. import linalg
+from ..derivatives import default_cutoff, derivative_filter, noise_variance, periodic_derivatives
 from ..excitation import Multisine
+from ..integrate import applied_offset
 from ..model import LINEAR_PARAMETERS, TwoLinkArm, regressor, validate_unknowns
 from ..simulation import Record
 from ..steady_state import periodic_steady_state
 from .base import CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
 
 __all__ = ["rls", "idim_ls", "idim_iv", "regression_data", "recursive_least_squares", "history_indices"]
-
-#: Relative threshold on the eigenvalues of the normalised information matrix below which the
-#: regression is reported ``SINGULAR``.
-_SINGULAR_RCOND = 1e-12
 
 
 def history_indices(n_samples: int, points: int) -> np.ndarray:
@@ -78,12 +76,9 @@ def history_indices(n_samples: int, points: int) -> np.ndarray:
 
 
 def _default_cutoff(excitation: Multisine, cutoff: int | None, keep: str, sample_step: float) -> int:
-    # "detected" only keeps the lines that stand out of the noise, so it can look further out.
     if cutoff is not None:
         return int(cutoff)
-    # Leave at least a quarter of the spectrum above the cut-off (the noise floor is read there).
-    n_per = round(excitation.period / sample_step)
-    return min((4 if keep == "detected" else 2) * excitation.max_harmonic, n_per // 4)
+    return default_cutoff(excitation.max_harmonic, round(excitation.period / sample_step), keep)
 
 
 def regression_data(
@@ -131,7 +126,7 @@ def _rls_update(theta, cov, accumulator, y, z, weights, forgetting):
     ``Σ λ^{2(N−n)} w_j² y_njᵀ y_nj`` per joint ``j`` (for the sandwich covariance).
     """
     innovation_cov = forgetting * jnp.diag(1.0 / weights) + y @ cov @ y.T
-    gain = jnp.linalg.solve(innovation_cov, y @ cov).T  # P yᵀ S⁻¹ (S symmetric)
+    gain = linalg.solve(innovation_cov, y @ cov).T  # P yᵀ S⁻¹ (S symmetric)
     theta = theta + gain @ (z - y @ theta)
     cov = (cov - gain @ y @ cov) / forgetting
     cov = 0.5 * (cov + cov.T)
@@ -176,7 +171,7 @@ def _weighted_ls(y, z, weights):
     sw = jnp.sqrt(weights)
     a = (sw[None, :, None] * y).reshape(-1, p)
     b = (sw[None, :] * z).reshape(-1)
-    theta = jnp.linalg.lstsq(a, b)[0]
+    theta = linalg.lstsq(a, b)[0]
     return theta, a
 
 
@@ -200,10 +195,7 @@ def _check_weighting(weighting):
 
 def _status(value, covariance, information):
     finite = jnp.all(jnp.isfinite(value)) & jnp.all(jnp.isfinite(covariance))
-    scale = jnp.sqrt(jnp.abs(jnp.diag(information))) + jnp.finfo(information.dtype).tiny
-    normalised = information / scale[:, None] / scale[None, :]
-    eig = jnp.linalg.eigvalsh(normalised)
-    singular = eig[0] < _SINGULAR_RCOND * eig[-1]
+    singular = linalg.is_singular_information(information)
     return jnp.where(~finite, FAILED, jnp.where(singular, SINGULAR, CONVERGED)).astype(jnp.int32)
 
 
@@ -258,7 +250,7 @@ def idim_ls(
     theta, a = _weighted_ls(y, z, weights)
     sigma2 = _residual_variances(y, z, theta)
     information = a.T @ a
-    inv = jnp.linalg.inv(information)
+    inv = linalg.inverse(information)
     meat = jnp.einsum("j,njp,njq->pq", weights**2 * sigma2, y, y)
     covariance = inv @ meat @ inv
     return Estimate(theta, covariance, _status(theta, covariance, information), unknowns)
@@ -331,50 +323,21 @@ def rls(
 
 
 def _derivative_filter(q, record, excitation, *, derivative, keep, cutoff, order, threshold):
-    """The filter ``q ↦ (q_f, q', q'')`` that ``regression_data`` applies to ``q``, frozen.
-
-    For ``keep="detected"`` the kept bins depend on the data; they are decided once on ``q`` (the
-    measured angles) and the same bins are then used for any other signal (the simulated
-    instruments), so that the instruments see exactly the filter the regressor saw. Returns a
-    linear map (a function of a ``(M, 2)`` array).
-    """
-    step, period = record.sample_step, record.period
-    cut = _default_cutoff(excitation, cutoff, keep if derivative == "fourier" else "band", step)
-    if derivative != "fourier" or keep != "detected":
-
-        def apply(x):
-            return periodic_derivatives(
-                x,
-                step,
-                period,
-                method=derivative,
-                keep=keep,
-                cutoff=cut,
-                lines=excitation.lines,
-                order=order,
-                threshold=threshold,
-            )
-
-        return apply, cut
-    n_samples = q.shape[0]
-    periods = record.measured_periods
-    spectrum = jnp.fft.rfft(q, axis=0)
-    base = jnp.asarray(kept_bins(n_samples, periods, keep="detected", cutoff=cut, lines=excitation.lines))
-    band = jnp.asarray(kept_bins(n_samples, periods, keep="band", cutoff=cut))
-    floor = n_samples * noise_variance(q, periods, above=cut)
-    loud = jnp.any(jnp.abs(spectrum) ** 2 > threshold * floor, axis=1)
-    mask = jax.lax.stop_gradient(base | (band & loud)).astype(q.dtype)
-    omega = jnp.asarray(np.arange(n_samples // 2 + 1) * (2 * np.pi / period / periods))
-    jw = (1j * omega)[:, None]
-
-    def apply(x):
-        kept = jnp.fft.rfft(x, axis=0) * mask[:, None]
-        return (
-            jnp.fft.irfft(kept, n=n_samples, axis=0),
-            jnp.fft.irfft(jw * kept, n=n_samples, axis=0),
-            jnp.fft.irfft(jw**2 * kept, n=n_samples, axis=0),
-        )
-
+    """The filter ``q ↦ (q_f, q', q'')`` that ``regression_data`` applies to ``q``, frozen
+    (``jaxid.derivatives.derivative_filter``: for ``keep="detected"`` the bins are decided on the
+    measured angles and reused for the simulated instruments). Returns ``(map, cutoff)``."""
+    cut = _default_cutoff(excitation, cutoff, keep if derivative == "fourier" else "band", record.sample_step)
+    apply = derivative_filter(
+        q,
+        record.sample_step,
+        record.period,
+        method=derivative,
+        keep=keep,
+        cutoff=cut,
+        lines=excitation.lines,
+        order=order,
+        threshold=threshold,
+    )
     return apply, cut
 
 
@@ -382,7 +345,7 @@ def _iv_solve(zmat, y, z, weights):
     """``θ = (Zᵀ W Y)⁻¹ Zᵀ W z`` over all samples and joints; also returns ``Zᵀ W Y``."""
     cross = jnp.einsum("j,njp,njq->pq", weights, zmat, y)
     rhs = jnp.einsum("j,njp,nj->p", weights, zmat, z)
-    return jnp.linalg.solve(cross, rhs), cross
+    return linalg.solve(cross, rhs), cross
 
 
 @register("idim_iv")
@@ -481,7 +444,7 @@ def idim_iv(
     theta, a = _weighted_ls(y, z, weights)
 
     # The applied torque is offset + u(t); the offset (G(q0) of the true arm) is read off the record.
-    tau_offset = jnp.mean(record.tau, axis=0) - jnp.mean(excitation.torque(record.t), axis=0)
+    tau_offset = applied_offset(record, excitation)
     state = None
     zmat = y
     cross = a.T @ a
@@ -519,13 +482,14 @@ def idim_iv(
         cov = jnp.einsum("j,pnj,qnj->pq", var, gain, gain)
     else:
         sigma2 = _residual_variances(y, z, theta)
-        inv = jnp.linalg.inv(cross)
+        inv = linalg.inverse(cross)
         meat = jnp.einsum("j,njp,njq->pq", weights**2 * sigma2, zmat, zmat)
         cov = inv @ meat @ inv.T
     cov = 0.5 * (cov + cov.T)
     status = _status(theta, cov, a.T @ a)
     scale = jnp.sqrt(jnp.abs(jnp.diag(cross))) + jnp.finfo(cross.dtype).tiny
-    sv = jnp.linalg.svd(cross / scale[:, None] / scale[None, :], compute_uv=False)
-    status = jnp.where((status == CONVERGED) & (sv[-1] < _SINGULAR_RCOND * sv[0]), SINGULAR, status)
+    # ZᵀWY is a cross-Gram matrix: singular under the information-matrix rule of jaxid.linalg.
+    cross_rcond = linalg.triangular_rcond(linalg.small_qr(cross / scale[:, None] / scale[None, :])[1])
+    status = jnp.where((status == CONVERGED) & ~(cross_rcond >= linalg.INFORMATION_RCOND), SINGULAR, status)
     status = jnp.where((status == CONVERGED) & ~orbit.converged, MAX_ITERATIONS, status)
     return Estimate(theta, cov, status.astype(jnp.int32), unknowns)
