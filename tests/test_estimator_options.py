@@ -14,6 +14,7 @@ import jaxid
 from jaxid.estimators import base
 from jaxid.estimators.interface import (
     ESTIMATORS,
+    RLS,
     AbstractEstimator,
     IdimLS,
     estimator_class,
@@ -318,3 +319,20 @@ def test_experiment_files_check_options_as_constructor_arguments():
             parse_experiment(setting(options))
         assert all(w in str(err.value) for w in words), str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_a_traced_option_sweeps_under_vmap(data):
+    # Traced options are array leaves: one compiled call estimates with several forgetting factors.
+    arm, split, rec, *_ = data
+    values = [1.0, 0.999, 0.99]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *(RLS(forgetting=v, history_points=4) for v in values))
+
+    @eqx.filter_jit
+    def sweep(estimators):
+        return eqx.filter_vmap(lambda e: e(rec, split, arm, unknowns=POINT))(estimators)
+
+    swept = sweep(stacked)
+    assert swept.value.shape == (3, 4) and swept.history.shape == (3, 4, 4)
+    assert np.all(np.isfinite(swept.value)) and np.all(swept.status == 0)
+    assert not np.allclose(swept.value[0], swept.value[1], rtol=1e-9)
+    assert not np.allclose(swept.value[1], swept.value[2], rtol=1e-9)
