@@ -12,6 +12,7 @@ from .config import Experiment
 from .report import write_tables
 from .study import run_study
 from .study.hosts import is_writer
+from .types import require_float64
 
 __all__ = ["run_experiment"]
 
@@ -33,6 +34,7 @@ def run_experiment(
     Raises ``RunExists`` if ``out`` holds a finished run, or a run of a different config,
     unless ``overwrite``; ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
     """
+    require_float64("run_experiment")
     out = run_study(exp, out, overwrite=overwrite, progress=progress)
     if not is_writer():
         return out

@@ -241,7 +241,7 @@ def run_study(exp: Experiment, out: str | Path, *, overwrite: bool = False, prog
     Raises ``RunExists`` if ``out`` holds a finished run, or a run of a different config,
     unless ``overwrite``; ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
     """
-    require_float64("run_experiment")
+    require_float64("run_study")
     out = Path(out)
     digest = config_digest(exp)
     manifest_path = out / "manifest.json"
