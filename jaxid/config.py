@@ -52,6 +52,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "noise": "uniform",  # uniform (paper: level*rand()) | gaussian (std = level)
     "noise_level": 0.1,
     "noise_mean_known": True,  # pass the noise mean as measurement_offset to estimators that take it
+    "noise_path": "time",  # time (noise on every sample) | spectral (noisy lines drawn directly; Gaussian)
     "estimators": ["paper", "equation_error", "ml"],
     "estimator_options": {},  # {estimator_name = {option = value}}
     "trials": None,  # per-setting trial count (else the experiment's)
@@ -75,7 +76,11 @@ _CHOICES = {
     "simulator": ("nonlinear", "linear"),
     "solver": ("rk4", "tsit5", "adaptive"),
     "noise": ("uniform", "gaussian"),
+    "noise_path": ("time", "spectral"),
 }
+
+#: Estimators that see a record only through its spectrum: the ones the spectral noise path runs.
+SPECTRAL_ESTIMATORS = ("equation_error", "ml")
 _DISTRIBUTIONS = {"fixed": (), "uniform": ("width",), "normal": ("std",)}
 PLOTS = ("coefficients", "estimates", "rmse_vs_noise", "rmse_vs_scale", "rmse_vs_periods", "estimators", "convergence")
 
@@ -319,7 +324,31 @@ def _validate_setting(v: dict, where: str) -> dict:
                 f"{where}.estimator_options.{name}: {name!r} is not among this setting's estimators {names}."
             )
         check_estimator_options(name, options, f"{where}.estimator_options.{name}")
+    if v["noise_path"] == "spectral":
+        _check_spectral_path(v, where)
     return v
+
+
+def _check_spectral_path(v: dict, where: str) -> None:
+    """``noise_path = "spectral"`` is exact only for Gaussian noise and spectrum-only estimators."""
+    if v["noise"] != "gaussian":
+        raise ConfigError(
+            f'{where}: noise_path = "spectral" is exact for Gaussian noise only; set noise = "gaussian" '
+            f'or noise_path = "time".'
+        )
+    other = [name for name in v["estimators"] if name not in SPECTRAL_ESTIMATORS]
+    if other:
+        raise ConfigError(
+            f'{where}: noise_path = "spectral" runs only {list(SPECTRAL_ESTIMATORS)} (they use the spectrum '
+            f'alone); {other} need the noisy record: use noise_path = "time".'
+        )
+    for name in v["estimators"]:
+        method = v["estimator_options"].get(name, {}).get("method", "projection")
+        if method != "projection":
+            raise ConfigError(
+                f"{where}.estimator_options.{name}.method = {method!r}: the spectral noise path draws the "
+                f'projection spectrum (eq. 48); drop the option or use noise_path = "time".'
+            )
 
 
 #: Arguments every estimator receives from the study runner, never from ``estimator_options``.

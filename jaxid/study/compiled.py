@@ -1,5 +1,9 @@
 """Compiled pieces of the study runner, cached so that settings with the same static options
-share their compiles: the noise draw, and each estimator as one ``jit(vmap)`` over trials."""
+share their compiles: the noise draw, and each estimator as one ``jit(vmap)`` over trials.
+
+The spectral noise path (``noise_path = "spectral"``) has its own pieces: the clean spectrum of
+each parameter set, the noisy spectra drawn from it (``add_line_noise``), and the estimators'
+spectrum fits (``equation_error_fit``, ``ml_fit``); no per-trial record is materialised."""
 
 from __future__ import annotations
 
@@ -8,11 +12,20 @@ import time
 import equinox as eqx
 import jax
 
-from ..estimators import make_estimator
-from ..measurement import add_noise
+from ..estimators import equation_error_fit, make_estimator, ml_fit
+from ..measurement import add_line_noise, add_noise
 from ..simulation import Record
+from ..spectrum import fourier_coefficients
 
-__all__ = ["noisy_records", "estimator_fn", "compiled", "freeze"]
+__all__ = [
+    "noisy_records",
+    "estimator_fn",
+    "clean_spectra",
+    "noisy_spectra",
+    "spectral_estimator_fn",
+    "compiled",
+    "freeze",
+]
 
 
 @eqx.filter_jit
@@ -21,7 +34,37 @@ def noisy_records(record: Record, keys, kind: str, level):
     return jax.vmap(lambda r, k: add_noise(r, key=k, kind=kind, level=level))(record, keys)
 
 
+@eqx.filter_jit
+def clean_spectra(records: Record, excitation):
+    """The projection spectrum of each (noise-free) record on a leading axis."""
+    return jax.vmap(lambda r: fourier_coefficients(r, excitation))(records)
+
+
+@eqx.filter_jit
+def noisy_spectra(spectra, keys, level):
+    """Each trial's spectrum with its own Gaussian noise drawn on the lines (``add_line_noise``)."""
+    return jax.vmap(lambda s, k: add_line_noise(s, key=k, kind="gaussian", level=level))(spectra, keys)
+
+
+#: The spectrum-level fit of each estimator the spectral path runs (``config.SPECTRAL_ESTIMATORS``).
+SPECTRUM_FITS = {"equation_error": equation_error_fit, "ml": ml_fit}
+
 _ESTIMATORS: dict = {}
+
+
+def spectral_estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
+    """``jit(vmap(fit))`` over trials ``(spectrum, nominal arm)``, shared excitation and σ."""
+    key = ("spectral", name, unknowns, q0, options)
+    if key not in _ESTIMATORS:
+        make_estimator(name, dict(options))  # the options, checked as for the time path
+        fit = SPECTRUM_FITS[name]
+        opts = {k: v for k, v in dict(options).items() if k != "method"}
+
+        def one(spectrum, nominal, excitation, sigma):
+            return fit(spectrum, nominal, unknowns=unknowns, q0=q0, noise_std=sigma, **opts)
+
+        _ESTIMATORS[key] = jax.jit(jax.vmap(one, in_axes=(0, 0, None, None)))
+    return _ESTIMATORS[key]
 
 
 def estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):

@@ -38,7 +38,7 @@ from ..measurement import noise_mean, noise_std
 from ..model import TwoLinkArm
 from ..simulation import STATUS_NAMES, Record, simulate_batch
 from ..types import require_float64
-from .compiled import compiled, estimator_fn, freeze, noisy_records
+from .compiled import clean_spectra, compiled, estimator_fn, freeze, noisy_records, noisy_spectra, spectral_estimator_fn
 from .extras import write_setting_extras
 from .files import RunExists, config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from .hosts import gather_processes, is_writer, process_slice, sync, to_host
@@ -109,31 +109,29 @@ class _SetRecords:
         t0 = time.perf_counter()
         arms = sample_arms(s, plan.nominal, set_keys(exp.seed, s.name, np.asarray(missing)))
         discard = set_discard_periods(s, arms, plan.excitation)
-        for d in np.unique(discard):
-            rows = np.flatnonzero(discard == d)
-            group = jax.tree.map(lambda x, rows=rows: x[rows], arms)
-            rec = simulate_batch(
-                group,
-                plan.excitation,
-                q0=s["q0"],
-                discard_periods=int(d),
-                model=s["simulator"],
-                solver=s["solver"],
-                substeps=s["substeps"],
-                sample_step=s["sample_step"],
-                measured_periods=s["measured_periods"],
-            )
-            rec = jax.tree.map(to_host, rec)
-            group = jax.tree.map(np.asarray, group)
-            if self.records:
-                per_set = sum(x[0].nbytes for x in jax.tree.leaves(rec))
-                if (len(self.records) + len(rows)) * per_set > SET_CACHE_BYTES:
-                    for i in [i for i in self.records if i not in keep]:
-                        del self.records[i], self.arms[i]
-            for k, j in enumerate(rows):
-                self.records[missing[j]] = jax.tree.map(lambda x, k=k: x[k], rec)
-                self.arms[missing[j]] = jax.tree.map(lambda x, k=k: x[k], group)
-            self.discards.add(int(d))
+        # One call: each set's own transient count is a per-trial (traced) input of simulate_batch.
+        rec = simulate_batch(
+            arms,
+            plan.excitation,
+            q0=s["q0"],
+            discard_periods=discard,
+            model=s["simulator"],
+            solver=s["solver"],
+            substeps=s["substeps"],
+            sample_step=s["sample_step"],
+            measured_periods=s["measured_periods"],
+        )
+        rec = jax.tree.map(to_host, rec)
+        arms = jax.tree.map(np.asarray, arms)
+        if self.records:
+            per_set = sum(x[0].nbytes for x in jax.tree.leaves(rec))
+            if (len(self.records) + len(missing)) * per_set > SET_CACHE_BYTES:
+                for i in [i for i in self.records if i not in keep]:
+                    del self.records[i], self.arms[i]
+        for k, i in enumerate(missing):
+            self.records[i] = jax.tree.map(lambda x, k=k: x[k], rec)
+            self.arms[i] = jax.tree.map(lambda x, k=k: x[k], arms)
+        self.discards.update(int(d) for d in discard)
         self.seconds += time.perf_counter() - t0
 
 
@@ -147,9 +145,13 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
     local = jnp.asarray(np.searchsorted(sets, set_of))
     take = lambda tree: jax.tree.map(lambda x: x[local], tree)
     trial_arms = take(arms)
-    trial_rec = take(rec)
     keys = jax.vmap(lambda i: trial_key(exp.seed, s.name, i))(jnp.asarray(trials))
-    noisy = noisy_records(trial_rec, keys, s["noise"], s["noise_level"])
+    spectral = s["noise_path"] == "spectral"
+    if spectral:
+        # Noisy lines drawn from each set's clean spectrum: no per-trial record in memory.
+        noisy = noisy_spectra(take(clean_spectra(rec, plan.excitation)), keys, s["noise_level"])
+    else:
+        noisy = noisy_records(take(rec), keys, s["noise"], s["noise_level"])
     unknowns = tuple(s["unknowns"])
     q0 = jnp.asarray(s["q0"], dtype=float)
     truth = np.asarray(jax.vmap(lambda a: parameter_values(a, unknowns, q0))(trial_arms))
@@ -164,7 +166,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
     # Let nothing else run while an estimator does: two executions in flight at once can stall
     # jaxlib's batched LAPACK kernels on a CPU (docs/lapack-deadlock.md).
     jax.block_until_ready((noisy_s, nominal_s))
-    sim_status = np.asarray(trial_rec.status)
+    sim_status = np.asarray(rec.status)[np.asarray(local)]
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
         opts = dict(s["estimator_options"].get(name, {}))
@@ -175,7 +177,8 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
         opts = freeze(opts)
         key = (name, unknowns, tuple(s["q0"]), opts)
         args = (noisy_s, nominal_s, plan.excitation, jnp.asarray(plan.sigma))
-        exe, compile_seconds = compiled(key, estimator_fn(*key), args)
+        make = spectral_estimator_fn if spectral else estimator_fn
+        exe, compile_seconds = compiled((spectral, *key), make(*key), args)
         if compile_seconds:
             timing[f"compile:{name}"] = compile_seconds
         t0 = time.perf_counter()
