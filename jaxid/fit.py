@@ -39,6 +39,7 @@ import platform
 import subprocess
 import time
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -481,7 +482,9 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     """Run a fit config end to end; write tables, figures and a manifest (module docstring).
 
     Raises ``FitExists`` if ``out`` holds a previous fit and ``overwrite`` is false,
-    ``ConfigError`` for a missing log, ``ValueError`` from the estimators.
+    ``ConfigError`` for a missing log, ``ValueError`` from IDIM-LS (rank deficiency). Any other
+    estimator that fails is left out with a warning and listed in the manifest's
+    ``failed_estimators``.
     """
     import jax
     import pandas as pd
@@ -506,11 +509,19 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     filtered = _filter_all(logs, cutoff, config.section("filter"))
     train = {n: filtered[n] for n in config.train}
 
-    estimates, seconds = {}, {}
+    estimates, seconds, failed = {}, {}, {}
     ls = None
     for name in config.estimators:
         t0 = time.time()
-        est = _estimate(name, config, train, model, ls)
+        try:
+            est = _estimate(name, config, train, model, ls)
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
+            if name == "idim_ls":
+                raise  # every other estimator starts from it
+            # One estimator failing (e.g. a filter diverging on another build) must not lose the others.
+            failed[name] = str(err)
+            warnings.warn(f"jaxid fit: estimator {name} failed and is left out: {err}", stacklevel=2)
+            continue
         seconds[name] = time.time() - t0
         if name == "idim_ls":
             ls = est
@@ -600,6 +611,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             }
             for k, v in estimates.items()
         },
+        "failed_estimators": failed,
         "base_parameters": list(model.labels),
         "unknowns": list(model.free_names),
         "fixed": {n: float(model.fixed_values[i]) for i, n in enumerate(model.names) if i not in model.free},

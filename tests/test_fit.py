@@ -29,7 +29,9 @@ test = ["trajectory_00"]
 [filter]
 cutoff_hz = 6.4
 [estimators]
-use = ["idim_ls", "idim_ls_bounded"]
+use = ["idim_ls", "idim_ls_bounded", "output_error"]
+[estimators.output_error]
+segment_s = 100.0  # longer than the window: this estimator fails and the fit goes on without it
 [validation]
 horizons_s = [0.5]
 headline = "idim_ls"
@@ -97,7 +99,8 @@ def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     path = tmp_path / "fit.toml"
     path.write_text(TINY)
     out = tmp_path / "out"
-    assert main(["fit", str(path), "--out", str(out)]) == 0
+    with pytest.warns(UserWarning, match="estimator output_error failed"):
+        assert main(["fit", str(path), "--out", str(out)]) == 0
     assert "Results in" in capsys.readouterr().out
     for name in ("parameters.csv", "validation.csv", "summary.csv", "consistency.csv", "lines.csv", "manifest.json"):
         assert (out / name).exists(), name
@@ -114,6 +117,7 @@ def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     assert validation["torque_rmse"].between(0, 1).all() and validation["angle_rmse_0.5s"].notna().all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["cutoff_hz"] == 6.4 and manifest["estimators"]["idim_ls"]["rank"] == 10
+    assert "shorter than one segment" in manifest["failed_estimators"]["output_error"]
     assert len(manifest["unknowns"]) == 10 and manifest["fixed"] == {"off2": 0.0}
     lines = pd.read_csv(out / "lines.csv")
     assert set(lines["harmonic"]) == {1, 2}
