@@ -14,7 +14,8 @@ filter and the estimators::
     [frequency]  harmonics, min_share
 
 Every key is checked (a typo gets a suggestion). ``run_fit`` writes to ``results/<name>/``:
-``parameters.csv`` (base parameters per estimator with std, and the reference's values),
+``parameters.csv`` (base parameters per estimator with std, IDIM-LS's leave-one-run-out jackknife
+std, and the reference's values),
 ``validation.csv`` (per run, role, model and joint: torque RMSE and free-simulation angle RMSE per
 horizon), ``consistency.csv`` (physical-consistency checks), ``lines.csv`` (the frequency-domain
 view), ``cutoff.csv`` (the automatic cut-off choice), figures and ``manifest.json``.
@@ -468,6 +469,31 @@ def _estimate(name, config, train, model, ls):
     raise ValueError(name)
 
 
+def _jackknife(config, train, model):
+    """Leave-one-training-run-out (jackknife) standard deviation of IDIM-LS, or ``None`` for one run.
+
+    ``sqrt((n − 1)/n · Σ (θ_(i) − θ̄)²)`` over the ``n`` fits that each leave one training run out:
+    unlike the formal standard deviation it contains the run-to-run variation the model cannot
+    explain (still no filter bias that all runs share).
+    """
+    from .identification import idim_ls
+
+    if len(train) < 2:
+        return None
+    opts = config.estimator_options("idim_ls")
+    fits = []
+    for left_out in train:
+        data = [d for n, d in train.items() if n != left_out]
+        try:
+            est = idim_ls(data, model.free_regressor, model.free_names, known=model.known, **opts)
+        except ValueError:
+            return None  # a single run may not excite every parameter
+        fits.append(np.asarray(model.embed(est).value))
+    fits = np.stack(fits)
+    n = len(fits)
+    return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
+
+
 def _git_revision() -> str | None:
     try:
         out = subprocess.run(
@@ -527,6 +553,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             ls = est
         estimates[name] = model.embed(est)
 
+    jackknife = _jackknife(config, train, model)
+
     # Parameters table.
     rows = []
     for name, est in estimates.items():
@@ -538,6 +566,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
                     "label": label,
                     "value": float(est.value[i]),
                     "std": float(est.std[i]),
+                    "jackknife_std": float(jackknife[i]) if name == "idim_ls" and jackknife is not None else None,
                     "fixed": i not in model.free,
                     "reference": None if model.reference is None else float(model.reference[i]),
                 }
