@@ -109,31 +109,29 @@ class _SetRecords:
         t0 = time.perf_counter()
         arms = sample_arms(s, plan.nominal, set_keys(exp.seed, s.name, np.asarray(missing)))
         discard = set_discard_periods(s, arms, plan.excitation)
-        for d in np.unique(discard):
-            rows = np.flatnonzero(discard == d)
-            group = jax.tree.map(lambda x, rows=rows: x[rows], arms)
-            rec = simulate_batch(
-                group,
-                plan.excitation,
-                q0=s["q0"],
-                discard_periods=int(d),
-                model=s["simulator"],
-                solver=s["solver"],
-                substeps=s["substeps"],
-                sample_step=s["sample_step"],
-                measured_periods=s["measured_periods"],
-            )
-            rec = jax.tree.map(to_host, rec)
-            group = jax.tree.map(np.asarray, group)
-            if self.records:
-                per_set = sum(x[0].nbytes for x in jax.tree.leaves(rec))
-                if (len(self.records) + len(rows)) * per_set > SET_CACHE_BYTES:
-                    for i in [i for i in self.records if i not in keep]:
-                        del self.records[i], self.arms[i]
-            for k, j in enumerate(rows):
-                self.records[missing[j]] = jax.tree.map(lambda x, k=k: x[k], rec)
-                self.arms[missing[j]] = jax.tree.map(lambda x, k=k: x[k], group)
-            self.discards.add(int(d))
+        # One call: each set's own transient count is a per-trial (traced) input of simulate_batch.
+        rec = simulate_batch(
+            arms,
+            plan.excitation,
+            q0=s["q0"],
+            discard_periods=discard,
+            model=s["simulator"],
+            solver=s["solver"],
+            substeps=s["substeps"],
+            sample_step=s["sample_step"],
+            measured_periods=s["measured_periods"],
+        )
+        rec = jax.tree.map(to_host, rec)
+        arms = jax.tree.map(np.asarray, arms)
+        if self.records:
+            per_set = sum(x[0].nbytes for x in jax.tree.leaves(rec))
+            if (len(self.records) + len(missing)) * per_set > SET_CACHE_BYTES:
+                for i in [i for i in self.records if i not in keep]:
+                    del self.records[i], self.arms[i]
+        for k, i in enumerate(missing):
+            self.records[i] = jax.tree.map(lambda x, k=k: x[k], rec)
+            self.arms[i] = jax.tree.map(lambda x, k=k: x[k], arms)
+        self.discards.update(int(d) for d in discard)
         self.seconds += time.perf_counter() - t0
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..config import Setting
 from ..excitation import Multisine, table2
 from ..model import TwoLinkArm, point_mass, table1
-from ..simulation import transient_periods
+from ..transient import transient_periods_each
 
 __all__ = [
     "setting_key",
@@ -120,12 +120,10 @@ def sample_arms(setting: Setting, nominal: TwoLinkArm, keys: jax.Array) -> TwoLi
 def set_discard_periods(setting: Setting, arms: TwoLinkArm, excitation: Multisine) -> np.ndarray:
     """Transient periods to discard for each arm of a batch of parameter sets, ``(B,)`` ints.
 
-    The config's ``discard_periods`` if it is an integer; with ``"auto"``, ``transient_periods``
-    of each set's *own* arm (its slowest decay rate), so a trial's record never depends on which
-    other sets it is simulated with.
+    The config's ``discard_periods`` if it is an integer; with ``"auto"``, each set's own count
+    from its own arm's slowest decay rate (``transient_periods_each``), so a trial's record never
+    depends on which other sets it is simulated with.
     """
-    n = jax.tree.leaves(arms)[0].shape[0]
     if setting["discard_periods"] != "auto":
-        return np.full(n, int(setting["discard_periods"]))
-    q0 = setting["q0"]
-    return np.asarray([transient_periods(jax.tree.map(lambda x, i=i: x[i], arms), excitation, q0) for i in range(n)])
+        return np.full(jax.tree.leaves(arms)[0].shape[0], int(setting["discard_periods"]))
+    return transient_periods_each(arms, excitation, setting["q0"])
