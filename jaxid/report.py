@@ -99,6 +99,10 @@ def _crlb_from_extras(run_dir: Path) -> tuple[dict, dict, pd.DataFrame]:
     return crlb, crlb_nl, pd.DataFrame(coeffs)
 
 
+#: Per-trial rows above which ``trials.csv`` is not written (``trials.parquet`` always is).
+CSV_MAX_ROWS = 1_000_000
+
+
 def write_tables(run_dir: str | Path, experiment=None) -> pd.DataFrame:
     """(Re)build ``trials.*``, ``summary.*``, ``coefficients.csv`` and ``history.csv`` from the chunks."""
     run_dir = Path(run_dir)
@@ -109,7 +113,8 @@ def write_tables(run_dir: str | Path, experiment=None) -> pd.DataFrame:
             drop=True
         )
         trials.to_parquet(run_dir / "trials.parquet", index=False)
-        trials.to_csv(run_dir / "trials.csv", index=False)
+        if len(trials) <= CSV_MAX_ROWS:  # a million-trial sweep keeps its rows in parquet only
+            trials.to_csv(run_dir / "trials.csv", index=False)
     else:
         trials = read_trials(run_dir)
     crlb, crlb_nl, coeffs = _crlb_from_extras(run_dir)
