@@ -93,16 +93,27 @@ def friction(arm, qd: Array) -> Array:
 
 
 def forward(arm, q: Array, qd: Array, tau: Array, sincos: SinCos | None = None) -> Array:
-    """``q''`` from ``D q'' = tau − offset − C q' − G − F(q')`` (Cramer's rule on the 2x2)."""
+    """``q''`` from ``D q'' = tau − offset − C q' − G − F(q')`` (Cramer's rule on the 2x2, one division)."""
+    # Written per joint, not on (..., 2) stacks: under vmap the fast simulator's RK4 step then keeps
+    # every quantity a contiguous (B,) array (stacked intermediates made it ~1.35x slower).
     s1, _, s2, c2, s12 = trig(q, sincos)
     d11, d12, d22 = mass_entries(arm, c2)
+    tau1, tau2 = tau[..., 0], tau[..., 1]
     if active(arm, "offset"):
-        tau = tau - arm.torque_offset
-    rhs = tau - coriolis(coupling(arm, s2), qd) - gravity(arm, s1, s12) - friction(arm, qd)
-    det = d11 * d22 - d12 * d12
-    a1 = (d22 * rhs[..., 0] - d12 * rhs[..., 1]) / det
-    a2 = (d11 * rhs[..., 1] - d12 * rhs[..., 0]) / det
-    return jnp.stack([a1, a2], -1)
+        tau1, tau2 = tau1 - arm.torque_offset[..., 0], tau2 - arm.torque_offset[..., 1]
+    m1, m2 = arm.masses[..., 0], arm.masses[..., 1]
+    l1 = arm.lengths[..., 0]
+    r1, r2 = arm.com[..., 0], arm.com[..., 1]
+    v1, v2 = qd[..., 0], qd[..., 1]
+    h = m2 * l1 * r2 * s2
+    grav2 = arm.gravity * m2 * r2 * s12
+    rhs1 = tau1 + h * (2 * v1 + v2) * v2 - arm.gravity * (m1 * r1 + m2 * l1) * s1 - grav2 - arm.friction[..., 0] * v1
+    rhs2 = tau2 - h * v1 * v1 - grav2 - arm.friction[..., 1] * v2
+    if active(arm, "coulomb"):
+        sign = smooth_sign(arm, qd)
+        rhs1, rhs2 = rhs1 - arm.coulomb[..., 0] * sign[..., 0], rhs2 - arm.coulomb[..., 1] * sign[..., 1]
+    inv_det = 1 / (d11 * d22 - d12 * d12)
+    return jnp.stack([(d22 * rhs1 - d12 * rhs2) * inv_det, (d11 * rhs2 - d12 * rhs1) * inv_det], -1)
 
 
 def inverse(arm, q: Array, qd: Array, qdd: Array, sincos: SinCos | None = None) -> Array:
