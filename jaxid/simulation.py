@@ -191,7 +191,7 @@ def simulate_batch(
 
     Each device runs its share of the trials ``chunk_size`` at a time (``lax.map`` over
     ``vmap``-ed chunks): on CPU a chunk of ~128 trials keeps the loop's working set in cache and
-    is ~2x faster per trial than one 1024-wide ``vmap``; results do not depend on the chunk size.
+    is ~2x faster per trial than one 1024-wide ``vmap``; the chunk size changes results by rounding at most.
 
     Args:
         arms: an arm with a leading batch axis ``B`` on every field (e.g.
@@ -213,7 +213,8 @@ def simulate_batch(
             ``substeps``, ``measured_periods``, ``rtol``, ``atol``, ``max_steps``,
             ``steady_tolerance``).
 
-    Returns a ``Record`` with a leading batch axis. Results do not depend on the device count.
+    Returns a ``Record`` with a leading batch axis. A trial's record depends only on its own inputs
+    (the device count and chunk width change it by rounding at most).
     One compile per distinct set of static options and shapes.
     """
     if arms.masses.ndim != 2:
