@@ -18,7 +18,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Float
 
 from .linalg import inverse_2x2
-from .model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, gravity_torque, mass_matrix, validate_unknowns
+from .model import (
+    LINEAR_PARAMETERS,
+    PARAMETER_NAMES,
+    TwoLinkArm,
+    gravity_torque,
+    holding_torque,
+    inverse_dynamics,
+    mass_matrix,
+    validate_unknowns,
+)
 
 __all__ = [
     "LinearArm",
@@ -85,20 +94,26 @@ class LinearArm(eqx.Module):
 
 
 def linearise(arm: TwoLinkArm, q0: Float[ArrayLike, "2"] = (0.0, 0.0)) -> LinearArm:
-    """Linearise ``arm`` at rest at ``q0`` (tau0 = G(q0)) by automatic differentiation.
+    """Linearise ``arm`` at rest at ``q0`` (``tau0 = holding_torque(arm, q0)``) by automatic differentiation.
 
-    Works under ``jit``/``vmap``/``grad`` (``arm`` and ``q0`` are traced).
+    The matrices are the Jacobians of the one inverse-dynamics function at ``(q0, 0, 0)``:
+    ``D0 = ∂τ/∂q''`` (rotor inertia included), ``Fv = ∂τ/∂q'`` (viscous friction plus the slope
+    ``fc (2/π) k`` of a smooth Coulomb term at rest) and ``K0 = ∂τ/∂q``. For a rigid arm without the
+    optional terms these are exactly ``D(q0)``, ``diag(fv)`` and ``∂G/∂q`` (Coriolis terms are
+    quadratic in ``q'`` and vanish). Works under ``jit``/``vmap``/``grad`` (``arm`` and ``q0`` are traced).
     """
     q0 = jnp.asarray(q0, dtype=float)
     if q0.shape != (2,):
         raise ValueError(f"q0 must have shape (2,), got {q0.shape}; batch with vmap instead.")
+    zero = jnp.zeros_like(q0)
     stiffness = jax.jacfwd(lambda q: gravity_torque(arm, q))(q0)
+    damping = jax.jacfwd(lambda v: inverse_dynamics(arm, q0, v, zero))(zero)
     return LinearArm(
         mass=mass_matrix(arm, q0),
-        damping=jnp.diag(arm.friction),
+        damping=damping,
         stiffness=stiffness,
         q0=q0,
-        tau0=gravity_torque(arm, q0),
+        tau0=holding_torque(arm, q0),
     )
 
 

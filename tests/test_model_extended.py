@@ -477,3 +477,29 @@ def test_another_arm_uses_the_generic_functions():
     np.testing.assert_allclose(y @ jnp.array([0.3, 0.1]) + known, tau, rtol=1e-13)
     base = jaxid.base_parameters(arm)
     assert base.rank == 3 and base.dependent == ("m",) and base.labels == ("I", "mr", "fv")
+
+
+def test_linearisation_includes_rotor_coulomb_and_offset():
+    """``linearise`` is the Jacobian of the full model at rest: central differences of the inverse
+    dynamics (independent of autodiff) give D0, Fv (Coulomb slope included) and K0; tau0 holds."""
+    arm = jaxid.double_pendulum().replace(torque_offset=(0.02, -0.01))
+    q0 = jnp.array([0.3, -0.4])
+    lin = jaxid.linearise(arm, q0)
+    zero = jnp.zeros(2)
+    eps = 1e-6
+
+    def column(fn, i):
+        e = jnp.zeros(2).at[i].set(eps)
+        return (fn(e) - fn(-e)) / (2 * eps)
+
+    mass = jnp.stack([column(lambda a: jaxid.inverse_dynamics(arm, q0, zero, a), i) for i in range(2)], -1)
+    damping = jnp.stack([column(lambda v: jaxid.inverse_dynamics(arm, q0, v, zero), i) for i in range(2)], -1)
+    stiffness = jnp.stack([column(lambda d: jaxid.inverse_dynamics(arm, q0 + d, zero, zero), i) for i in range(2)], -1)
+    np.testing.assert_allclose(lin.mass, mass, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(lin.damping, damping, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(lin.stiffness, stiffness, rtol=1e-7, atol=1e-9)
+    # The Coulomb slope at rest dominates the lab's tiny viscous friction.
+    slope = arm.coulomb * 2 / np.pi * arm.coulomb_slope
+    np.testing.assert_allclose(jnp.diag(lin.damping), arm.friction + slope, rtol=1e-12)
+    np.testing.assert_allclose(lin.tau0, jaxid.holding_torque(arm, q0), rtol=0, atol=0)
+    np.testing.assert_allclose(jaxid.forward_dynamics(arm, q0, zero, lin.tau0), 0.0, atol=1e-12)
