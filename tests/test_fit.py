@@ -74,7 +74,7 @@ def test_config_errors_name_the_key(edit, message):
 
 
 def test_unknowns_must_be_base_parameters():
-    from jaxid.fit import _build_model
+    from jaxid.fit.model import build_model
 
     raw = {
         "fit": {"name": "x", "unknowns": ["I1", "m2"]},
@@ -82,10 +82,10 @@ def test_unknowns_must_be_base_parameters():
         "validation": {"headline": "idim_ls"},
     }
     with pytest.raises(ConfigError, match=r"fit.unknowns: 'm2' is not a base parameter.*Did you mean 'm2r2'"):
-        _build_model(parse_fit_config(raw))
+        build_model(parse_fit_config(raw))
     raw["fit"] = {"name": "x", "unknowns": ["I1"], "fixed": {"I1": 1.0}}
     with pytest.raises(ConfigError, match="fit.fixed: 'I1' must be a base parameter not in fit.unknowns"):
-        _build_model(parse_fit_config(raw))
+        build_model(parse_fit_config(raw))
 
 
 def test_missing_log_is_a_clear_error(tmp_path, capsys):

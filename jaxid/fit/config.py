@@ -1,0 +1,184 @@
+"""The ``jaxid fit`` configuration: sections, defaults, validation (see ``jaxid.fit``)."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ESTIMATOR_NAMES", "FitConfig", "parse_fit_config", "load_fit_config", "config_error", "suggest"]
+
+ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
+
+_SECTIONS: dict[str, dict[str, Any]] = {
+    "fit": {
+        "name": None,
+        "description": "",
+        "data": ".",
+        "model": "double_pendulum",
+        "reference": "double_pendulum",
+        "unknowns": "base",
+        "fixed": {},
+    },
+    "log": {
+        "angles": ["pos_meas1", "pos_meas2"],
+        "torques": ["tau_meas1", "tau_meas2"],
+        "velocities": None,
+        "time": "time",
+        "sample_step": None,
+        "window": None,
+    },
+    "split": {"rule": "", "train": None, "test": []},
+    "filter": {
+        "method": "butterworth",
+        "order": None,
+        "cutoff_hz": "auto",
+        "candidates": [2, 3, 4, 5, 6, 8, 10],
+        "excitation_hz": "auto",
+        "trim_s": 0.1,
+    },
+    "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
+    "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "output_error"},
+    "frequency": {"harmonics": 5, "min_share": 0.5},
+}
+
+_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "idim_ls": {"decimate": None, "weighted": True},
+    "idim_ls_bounded": {"decimate": None, "weighted": True},
+    "idim_iv": {"iterations": 3, "segment_s": 0.5, "decimate": None},
+    "output_error": {"segment_s": 0.5, "stride": 5, "continuity_weight": 100.0, "max_iterations": 30},
+    "ekf": {"measurement_std": None, "velocity_process_std": 0.01, "initial_relative_std": 0.3},
+    "ukf": {"measurement_std": None, "velocity_process_std": 0.01, "initial_relative_std": 0.3},
+}
+
+_MODELS = ("double_pendulum",)
+
+
+def config_error(message: str) -> Exception:
+    from ..config import ConfigError
+
+    return ConfigError(message)
+
+
+def suggest(name: str, allowed) -> str:
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """A validated fit configuration (see the ``jaxid.fit`` docstring); ``raw`` is the resolved dict."""
+
+    name: str
+    path: Path | None
+    data: Path
+    raw: dict[str, Any] = field(repr=False)
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.raw[name]
+
+    @property
+    def train(self) -> list[str]:
+        return list(self.raw["split"]["train"])
+
+    @property
+    def test(self) -> list[str]:
+        return list(self.raw["split"]["test"])
+
+    @property
+    def estimators(self) -> list[str]:
+        return list(self.raw["estimators"]["use"])
+
+    def estimator_options(self, name: str) -> dict[str, Any]:
+        return dict(self.raw["estimators"].get(name, {}))
+
+
+def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str | Path | None = None) -> FitConfig:
+    """Validate a fit config dict; raise ``ConfigError`` naming the bad key or value."""
+    unknown = [k for k in raw if k not in _SECTIONS]
+    if unknown:
+        raise config_error(
+            f"unknown section [{unknown[0]}]; allowed: {list(_SECTIONS)}.{suggest(unknown[0], _SECTIONS)}"
+        )
+    resolved: dict[str, Any] = {}
+    for section, defaults in _SECTIONS.items():
+        given = raw.get(section, {})
+        if not isinstance(given, dict):
+            raise config_error(f"[{section}] must be a table.")
+        out = dict(defaults)
+        for key, value in given.items():
+            if section == "estimators" and key in _ESTIMATOR_OPTIONS:
+                if not isinstance(value, dict):
+                    raise config_error(f"estimators.{key} must be a table of options.")
+                opts = dict(_ESTIMATOR_OPTIONS[key])
+                for k, v in value.items():
+                    if k not in opts:
+                        raise config_error(
+                            f"unknown key 'estimators.{key}.{k}'; allowed: {list(opts)}.{suggest(k, opts)}"
+                        )
+                    opts[k] = v
+                out[key] = opts
+                continue
+            if key not in defaults:
+                allowed = list(defaults) + (list(_ESTIMATOR_OPTIONS) if section == "estimators" else [])
+                raise config_error(f"unknown key '{section}.{key}'; allowed: {allowed}.{suggest(key, allowed)}")
+            out[key] = value
+        resolved[section] = out
+    fit = resolved["fit"]
+    if not fit["name"] or not isinstance(fit["name"], str):
+        raise config_error("fit.name is required (the results go to results/<name>/).")
+    if fit["model"] not in _MODELS:
+        raise config_error(f"fit.model {fit['model']!r} is not known; use one of {list(_MODELS)}.")
+    if fit["reference"] not in (*_MODELS, "", None, False):
+        raise config_error(f'fit.reference {fit["reference"]!r} is not known; use one of {list(_MODELS)} or "".')
+    split = resolved["split"]
+    if not split["train"]:
+        raise config_error("split.train must list at least one log (file stem, e.g. 'trajectory_03').")
+    for key in ("train", "test"):
+        if not isinstance(split[key], list) or not all(isinstance(s, str) for s in split[key]):
+            raise config_error(f"split.{key} must be a list of log names (file stems).")
+    both = set(split["train"]) & set(split["test"])
+    if both:
+        raise config_error(f"split: {sorted(both)} are in both train and test; a held-out run must not be fitted.")
+    use = resolved["estimators"]["use"]
+    if not isinstance(use, list) or not use:
+        raise config_error(f"estimators.use must be a non-empty list of {list(ESTIMATOR_NAMES)}.")
+    for name in use:
+        if name not in ESTIMATOR_NAMES:
+            raise config_error(
+                f"unknown estimator {name!r} in estimators.use; allowed: {list(ESTIMATOR_NAMES)}.{suggest(name, ESTIMATOR_NAMES)}"
+            )
+        resolved["estimators"].setdefault(name, dict(_ESTIMATOR_OPTIONS[name]))
+    if "idim_ls" not in use:
+        use.insert(0, "idim_ls")  # every other estimator starts from it
+    flt = resolved["filter"]
+    from ..filters import FILTER_METHODS
+
+    if flt["method"] not in FILTER_METHODS:
+        raise config_error(f"filter.method {flt['method']!r}: use one of {list(FILTER_METHODS)}.")
+    for key in ("cutoff_hz", "excitation_hz"):
+        v = flt[key]
+        if v != "auto" and not (isinstance(v, int | float) and v > 0):
+            raise config_error(f'filter.{key} must be "auto" or a positive number [Hz], got {v!r}.')
+    val = resolved["validation"]
+    if val["headline"] not in use:
+        raise config_error(f"validation.headline {val['headline']!r} must be one of estimators.use {use}.")
+    if not val["horizons_s"] or any(not (isinstance(h, int | float) and h > 0) for h in val["horizons_s"]):
+        raise config_error("validation.horizons_s must be a list of positive durations [s].")
+    base_dir = path.parent if path is not None else Path.cwd()
+    data_dir = Path(data) if data is not None else (base_dir / fit["data"])
+    return FitConfig(fit["name"], path, data_dir, resolved)
+
+
+def load_fit_config(path: str | Path, *, data: str | Path | None = None) -> FitConfig:
+    """Read and validate a fit TOML file (``data`` overrides ``fit.data``)."""
+    path = Path(path)
+    if not path.exists():
+        raise config_error(f"fit config {str(path)!r} does not exist.")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise config_error(f"{path}: not valid TOML: {err}") from None
+    return parse_fit_config(raw, path=path, data=data)

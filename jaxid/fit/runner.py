@@ -1,0 +1,199 @@
+"""The ``jaxid fit`` runner: estimators, jackknife, tables, figures and the manifest."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .config import FitConfig, config_error
+from .cutoff import choose_cutoff, filter_all, load_logs
+from .model import bounds, build_model
+from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
+
+__all__ = ["FitExists", "run_fit"]
+
+
+class FitExists(FileExistsError):
+    """The results directory exists; pass ``overwrite=True`` (``--overwrite``) to replace it."""
+
+
+def _estimate(name, config, train, model, ls):
+    from ..identification import idim_iv, idim_ls, kalman_filter_fit, output_error
+
+    opts = config.estimator_options(name)
+    data = list(train.values())
+    reg, names, known = model.free_regressor, model.free_names, model.known
+    if name == "idim_ls":
+        return idim_ls(data, reg, names, known=known, **opts)
+    if name == "idim_ls_bounded":
+        return idim_ls(data, reg, names, bounds=bounds(names), known=known, **opts)
+    if name == "idim_iv":
+        return idim_iv(data, reg, names, start=ls, known=known, **opts)
+    if name == "output_error":
+        return output_error(data, reg, names, start=ls, known=known, **opts)
+    if name in ("ekf", "ukf"):
+        return kalman_filter_fit(data, reg, names, start=ls, kind=name, known=known, **opts)
+    raise ValueError(name)
+
+
+def _jackknife(config, train, model):
+    """Leave-one-training-run-out (jackknife) standard deviation of IDIM-LS, or ``None`` for one run.
+
+    ``sqrt((n − 1)/n · Σ (θ_(i) − θ̄)²)`` over the ``n`` fits that each leave one training run out:
+    unlike the formal standard deviation it contains the run-to-run variation the model cannot
+    explain (still no filter bias that all runs share).
+    """
+    from ..identification import idim_ls
+
+    if len(train) < 2:
+        return None
+    opts = config.estimator_options("idim_ls")
+    fits = []
+    for left_out in train:
+        data = [d for n, d in train.items() if n != left_out]
+        try:
+            est = idim_ls(data, model.free_regressor, model.free_names, known=model.known, **opts)
+        except ValueError:
+            return None  # a single run may not excite every parameter
+        fits.append(np.asarray(model.embed(est).value))
+    fits = np.stack(fits)
+    n = len(fits)
+    return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
+
+
+def _git_revision() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
+        )
+        return out.stdout.strip() or None
+    except Exception:  # noqa: BLE001 - a manifest without a revision is fine
+        return None
+
+
+def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool = False, figures: bool = True) -> Path:
+    """Run a fit config end to end; write tables, figures and a manifest (``jaxid.fit`` docstring).
+
+    Raises ``FitExists`` if ``out`` holds a previous fit and ``overwrite`` is false,
+    ``ConfigError`` for a missing log, ``ValueError`` from IDIM-LS (rank deficiency). Any other
+    estimator that fails is left out with a warning and listed in the manifest's
+    ``failed_estimators``.
+    """
+    import jax
+    import pandas as pd
+
+    from ..types import require_float64
+
+    require_float64("jaxid fit")
+    out = Path(out) if out is not None else Path("results") / config.name
+    if (out / "manifest.json").exists() and not overwrite:
+        raise FitExists(f"{out} already holds a fit; pass --overwrite to replace it.")
+    started = time.time()
+    model = build_model(config)
+    logs = load_logs(config, config.train + config.test)
+    steps = {round(log.sample_step, 12) for log in logs.values()}
+    if len(steps) > 1:
+        raise config_error(
+            f"the logs resample to different steps {sorted(steps)}; set log.sample_step so that all share one grid."
+        )
+    train_raw = {n: logs[n] for n in config.train}
+    cutoff, f_exc, cutoff_table = choose_cutoff(config, train_raw, model)
+    filtered = filter_all(logs, cutoff, config.section("filter"))
+    train = {n: filtered[n] for n in config.train}
+
+    estimates, seconds, failed = {}, {}, {}
+    ls = None
+    for name in config.estimators:
+        t0 = time.time()
+        try:
+            est = _estimate(name, config, train, model, ls)
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
+            if name == "idim_ls":
+                raise  # every other estimator starts from it
+            # One estimator failing (e.g. a filter diverging on another build) must not lose the others.
+            failed[name] = str(err)
+            warnings.warn(f"jaxid fit: estimator {name} failed and is left out: {err}", stacklevel=2)
+            continue
+        seconds[name] = time.time() - t0
+        if name == "idim_ls":
+            ls = est
+        estimates[name] = model.embed(est)
+
+    jackknife = _jackknife(config, train, model)
+    params = parameters_table(estimates, model, jackknife)
+    models = dict(estimates.items())
+    thetas = {k: np.asarray(v.value) for k, v in models.items()}
+    if model.reference is not None:
+        thetas["reference"] = model.reference
+    horizons = [float(h) for h in config.section("validation")["horizons_s"]]
+    validation = validation_table(config, filtered, model, thetas, horizons)
+    consistency = consistency_table(model, thetas)
+    lines = frequency_view(config, filtered, model, thetas, f_exc)
+
+    out.mkdir(parents=True, exist_ok=True)
+    params.to_csv(out / "parameters.csv", index=False, float_format="%.6g")
+    validation.to_csv(out / "validation.csv", index=False, float_format="%.6g")
+    consistency.to_csv(out / "consistency.csv", index=False, float_format="%.6g")
+    lines.to_csv(out / "lines.csv", index=False, float_format="%.6g")
+    if cutoff_table:
+        pd.DataFrame(cutoff_table).to_csv(out / "cutoff.csv", index=False, float_format="%.6g")
+    summary = validation_summary(validation, horizons)
+    summary.to_csv(out / "summary.csv", index=False, float_format="%.4g")
+    figure_paths = []
+    if figures:
+        from ..identification.figures import make_fit_figures
+
+        figure_paths = make_fit_figures(
+            out, filtered, model, thetas, config, config.section("validation")["headline"], horizons
+        )
+    import equinox
+    import scipy
+
+    manifest = {
+        "fit": config.name,
+        "config_file": None if config.path is None else str(config.path),
+        "data": str(config.data),
+        "config": config.raw,
+        "split_rule": config.section("split")["rule"],
+        "train": config.train,
+        "test": config.test,
+        "excitation_hz": f_exc,
+        "cutoff_hz": cutoff,
+        "sample_step": next(iter(logs.values())).sample_step,
+        "estimators": {
+            k: {
+                "seconds": round(seconds[k], 3),
+                "rank": v.rank,
+                "condition": v.condition,
+                "residual_std": np.asarray(v.residual_std).tolist(),
+                "samples": v.samples,
+                "iterations": v.iterations,
+                "notes": v.notes,
+            }
+            for k, v in estimates.items()
+        },
+        "failed_estimators": failed,
+        "base_parameters": list(model.labels),
+        "unknowns": list(model.free_names),
+        "fixed": {n: float(model.fixed_values[i]) for i, n in enumerate(model.names) if i not in model.free},
+        "figures": [str(p.relative_to(out)) for p in figure_paths],
+        "seconds": round(time.time() - started, 2),
+        "versions": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "numpy": np.__version__,
+            "scipy": scipy.__version__,
+            "equinox": equinox.__version__,
+            "pandas": pd.__version__,
+        },
+        "device": str(jax.devices()[0]),
+        "git_revision": _git_revision(),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    return out

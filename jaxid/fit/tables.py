@@ -1,0 +1,151 @@
+"""The tables of ``jaxid fit``: parameters, validation, consistency, the frequency view and the summary."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "parameters_table",
+    "validation_table",
+    "consistency_table",
+    "frequency_view",
+    "validation_summary",
+    "markdown_summary",
+]
+
+
+def parameters_table(estimates, model, jackknife):
+    """Base parameters per estimator: value, std, IDIM-LS's jackknife std, fixed flag, reference."""
+    import pandas as pd
+
+    rows = []
+    for name, est in estimates.items():
+        for i, (pname, label) in enumerate(zip(model.names, model.labels, strict=True)):
+            rows.append(
+                {
+                    "estimator": name,
+                    "parameter": pname,
+                    "label": label,
+                    "value": float(est.value[i]),
+                    "std": float(est.std[i]),
+                    "jackknife_std": float(jackknife[i]) if name == "idim_ls" and jackknife is not None else None,
+                    "fixed": i not in model.free,
+                    "reference": None if model.reference is None else float(model.reference[i]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def validation_table(config, filtered, model, thetas, horizons):
+    """Per run, role, model and joint: torque RMSE and free-simulation angle RMSE per horizon."""
+    import pandas as pd
+
+    from ..identification.validation import free_simulation_rmse, torque_rmse
+
+    val = config.section("validation")
+    vrows = []
+    for run, d in filtered.items():
+        role = "train" if run in config.train else "test"
+        for label, theta in thetas.items():
+            tau = torque_rmse(d, model.regressor, theta)
+            try:
+                sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"])
+            except ValueError:
+                sim = {h: np.full(2, np.nan) for h in horizons}
+            for j in range(2):
+                row = {"run": run, "role": role, "model": label, "joint": j + 1, "torque_rmse": float(tau[j])}
+                row.update({f"angle_rmse_{h:g}s": float(sim[h][j]) for h in horizons})
+                vrows.append(row)
+    return pd.DataFrame(vrows)
+
+
+def consistency_table(model, thetas):
+    """The physical-consistency checks (``consistency_checks``) of every model."""
+    import pandas as pd
+
+    from .model import consistency_checks
+
+    return pd.DataFrame(
+        [{"model": label, **row} for label, theta in thetas.items() for row in consistency_checks(model, theta)]
+    )
+
+
+def markdown_summary(summary) -> str:
+    """The summary table as Markdown: one row per model, torque and angle RMSE per joint."""
+    metrics = [c for c in summary.columns if c == "torque_rmse" or c.startswith("angle_rmse_")]
+    head = ["model"] + [f"{_pretty(m)} j{j}" for m in metrics for j in (1, 2)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, rows in summary.groupby("model", sort=False):
+        rows = rows.set_index("joint")
+        cells = [model] + [f"{rows.loc[j, m]:.3f}" for m in metrics for j in (1, 2)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pretty(metric: str) -> str:
+    if metric == "torque_rmse":
+        return "τ RMSE [N m]"
+    return f"q RMSE {metric.removeprefix('angle_rmse_')} [rad]"
+
+
+def validation_summary(validation, horizons):
+    """Held-out (test) mean per model and joint of every metric (train if there is no test run)."""
+    role = "test" if (validation["role"] == "test").any() else "train"
+    sub = validation[validation["role"] == role]
+    cols = ["torque_rmse"] + [f"angle_rmse_{h:g}s" for h in horizons]
+    summary = sub.groupby(["model", "joint"], sort=False)[cols].mean().reset_index()
+    summary.insert(0, "role", role)
+    return summary
+
+
+def frequency_view(config, filtered, model, thetas, f_exc_train):
+    """Measured vs model lines at the excited frequency and its harmonics (``frequency_lines``)."""
+    import pandas as pd
+
+    from ..filters import dominant_frequency
+    from ..identification.validation import free_simulation, frequency_lines, torque_prediction
+
+    opts = config.section("frequency")
+    harmonics = int(opts["harmonics"])
+    rows = []
+    for run, d in filtered.items():
+        sl = d.usable
+        tau = d.band(d.tau)[sl]
+        freqs = [dominant_frequency(tau[:, j], d.sample_step) for j in range(2)]
+        f0 = min(freqs)
+        x = frequency_lines(tau, d.sample_step, f0, 1)[0]
+        share = np.abs(x) ** 2 / 2 / np.maximum(np.var(tau, axis=0), 1e-300)
+        if share.max() < opts["min_share"]:
+            continue  # not a sine-driven run
+        steps = sl.stop - 1 - sl.start
+        signals = {"torque": {"measured": tau}, "angle": {"measured": np.asarray(d.q_raw)[sl]}}
+        for label, theta in thetas.items():
+            signals["torque"][label] = torque_prediction(d, model.regressor, theta)[sl]
+            sim = free_simulation(d, model.regressor, theta, np.asarray([sl.start]), steps)[0, :, :2]
+            signals["angle"][label] = sim
+        for kind, series in signals.items():
+            phasors = {k: frequency_lines(v, d.sample_step, f0, harmonics) for k, v in series.items()}
+            for k in range(harmonics):
+                for j in range(2):
+                    meas = phasors["measured"][k, j]
+                    for label in thetas:
+                        mod = phasors[label][k, j]
+                        rows.append(
+                            {
+                                "run": run,
+                                "role": "train" if run in config.train else "test",
+                                "signal": kind,
+                                "joint": j + 1,
+                                "harmonic": k + 1,
+                                "frequency_hz": f0 * (k + 1),
+                                "model": label,
+                                "measured_amplitude": abs(meas),
+                                "measured_phase_deg": math.degrees(np.angle(meas)),
+                                "model_amplitude": abs(mod),
+                                "model_phase_deg": math.degrees(np.angle(mod)),
+                                "relative_error": abs(mod - meas) / max(abs(meas), 1e-300),
+                            }
+                        )
+    return pd.DataFrame(rows)
