@@ -18,8 +18,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "jaxid"
 
 #: Layers from the bottom up; names are relative to ``jaxid`` ("__init__" is the package itself).
@@ -45,10 +43,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report", "plots"),
     ("experiment", "cli", "__main__", "__init__"),
 )
-
-#: Edges known to be wrong and being moved, as (importer, imported) module names. Each one makes
-#: ``test_known_violations_are_still_there`` pass; remove it from here once it is gone.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 _LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
@@ -189,24 +183,17 @@ def test_every_module_has_a_layer():
 
 
 def test_imports_go_downwards():
-    bad = sorted(_upward() - KNOWN_VIOLATIONS)
+    bad = sorted(_upward())
     assert not bad, "upward imports (importer -> imported): " + ", ".join(
         f"{m} (layer {layer(m)}) -> {t} (layer {layer(t)})" for m, t in bad
     )
 
 
 def test_no_import_cycles():
-    cycles = [c for c in _cycles() if not _cycle_edges(c) & KNOWN_VIOLATIONS]
+    cycles = _cycles()
     assert not cycles, "import cycles: " + "; ".join(
         " <-> ".join(c) + f" (edges: {sorted(_cycle_edges(c))})" for c in cycles
     )
-
-
-@pytest.mark.skipif(not KNOWN_VIOLATIONS, reason="no known violations left")
-def test_known_violations_are_still_there():
-    """Fails once a listed violation is fixed: then delete it from KNOWN_VIOLATIONS."""
-    gone = sorted(e for e in KNOWN_VIOLATIONS if e[1] not in GRAPH.get(e[0], ()))
-    assert not gone, f"fixed, remove from KNOWN_VIOLATIONS: {gone}"
 
 
 def test_the_checker_sees_function_local_relative_and_package_imports():
