@@ -14,7 +14,6 @@ allowed values. See ``experiments/README.md`` for the keys and the shipped exper
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 import math
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import PARAMETER_NAMES
+from .types import did_you_mean
 
 __all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]
 
@@ -85,11 +85,6 @@ _DISTRIBUTIONS = {"fixed": (), "uniform": ("width",), "normal": ("std",)}
 PLOTS = ("coefficients", "estimates", "rmse_vs_noise", "rmse_vs_scale", "rmse_vs_periods", "estimators", "convergence")
 
 
-def _suggest(word: str, allowed) -> str:
-    close = difflib.get_close_matches(word, list(allowed), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
 @dataclass(frozen=True)
 class Setting:
     """One resolved setting (all keys of ``SETTING_DEFAULTS`` present and validated)."""
@@ -125,7 +120,7 @@ class Experiment:
             if s.name == name:
                 return s
         raise ConfigError(
-            f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{_suggest(name, [s.name for s in self.settings])}"
+            f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{did_you_mean(name, [s.name for s in self.settings])}"
         )
 
     def select(self, names: list[str] | None, trials: int | None = None) -> Experiment:
@@ -188,13 +183,13 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
     for key in raw:
         if key not in ("experiment", "defaults", "settings"):
             raise ConfigError(
-                f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{_suggest(key, ['experiment', 'defaults', 'settings'])}"
+                f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{did_you_mean(key, ['experiment', 'defaults', 'settings'])}"
             )
     exp = raw.get("experiment", {})
     for key, value in exp.items():
         if key not in EXPERIMENT_KEYS:
             raise ConfigError(
-                f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{_suggest(key, EXPERIMENT_KEYS)}"
+                f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{did_you_mean(key, EXPERIMENT_KEYS)}"
             )
         if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
             raise ConfigError(f"{where}experiment.{key} must be a {EXPERIMENT_KEYS[key].__name__}, got {value!r}.")
@@ -206,7 +201,7 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
     for p in plots:
         if p not in PLOTS:
             raise ConfigError(
-                f"{where}unknown plot {p!r} in experiment.plots; allowed: {list(PLOTS)}.{_suggest(p, PLOTS)}"
+                f"{where}unknown plot {p!r} in experiment.plots; allowed: {list(PLOTS)}.{did_you_mean(p, PLOTS)}"
             )
     defaults = raw.get("defaults", {})
     _check_keys(defaults, f"{where}[defaults]")
@@ -243,7 +238,7 @@ def _check_keys(table: dict, where: str) -> None:
     for key in table:
         if key not in SETTING_DEFAULTS:
             raise ConfigError(
-                f"{where}: unknown key {key!r}; allowed keys: {sorted(SETTING_DEFAULTS)}.{_suggest(key, SETTING_DEFAULTS)}"
+                f"{where}: unknown key {key!r}; allowed keys: {sorted(SETTING_DEFAULTS)}.{did_you_mean(key, SETTING_DEFAULTS)}"
             )
 
 
@@ -253,7 +248,7 @@ def _validate_setting(v: dict, where: str) -> dict:
     for key, choices in _CHOICES.items():
         if v[key] not in choices:
             raise ConfigError(
-                f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{_suggest(str(v[key]), choices)}"
+                f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{did_you_mean(str(v[key]), choices)}"
             )
     for key in ("scale", "noise_level", "sample_step"):
         val = v[key]
@@ -288,14 +283,14 @@ def _validate_setting(v: dict, where: str) -> dict:
     for name, value in v["parameters"].items():
         if name not in PARAMETER_NAMES:
             raise ConfigError(
-                f"{where}.parameters: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}"
+                f"{where}.parameters: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{did_you_mean(name, PARAMETER_NAMES)}"
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}.parameters.{name} must be a number (SI units), got {value!r}.")
     for name, spec in v["sample"].items():
         if name not in PARAMETER_NAMES:
             raise ConfigError(
-                f"{where}.sample: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{_suggest(name, PARAMETER_NAMES)}"
+                f"{where}.sample: unknown parameter {name!r}; allowed: {list(PARAMETER_NAMES)}.{did_you_mean(name, PARAMETER_NAMES)}"
             )
         if not isinstance(spec, dict) or spec.get("dist") not in _DISTRIBUTIONS:
             raise ConfigError(
@@ -315,7 +310,7 @@ def _validate_setting(v: dict, where: str) -> dict:
     for name in names:
         if name not in ESTIMATORS:
             raise ConfigError(
-                f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}"
+                f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{did_you_mean(name, ESTIMATORS)}"
             )
     v["estimators"] = list(names)
     for name, options in v["estimator_options"].items():

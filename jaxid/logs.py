@@ -18,7 +18,6 @@ the data shipped with jaxid; the zero-phase filter applied before differentiatio
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +25,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+
+from .types import did_you_mean
 
 __all__ = ["MeasuredLog", "load_log", "read_table", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]
 
@@ -129,9 +130,7 @@ def _require_column(frame, name: str, what: str, path: Path) -> None:
     if name in frame.columns:
         return
     existing = [str(c) for c in frame.columns]
-    close = difflib.get_close_matches(name, existing, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"{path.name}: no {what} column {name!r}; the file has {existing}.{hint}")
+    raise ValueError(f"{path.name}: no {what} column {name!r}; the file has {existing}.{did_you_mean(name, existing)}")
 
 
 def _finite(values: np.ndarray, name: str, path: Path) -> None:

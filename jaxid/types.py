@@ -6,6 +6,7 @@ This is the bottom layer: it imports nothing from jaxid. ``jaxid.simulation.Reco
 
 from __future__ import annotations
 
+import difflib
 import enum
 
 import equinox as eqx
@@ -13,6 +14,7 @@ import jax
 from jaxtyping import Array, Float, Int
 
 __all__ = [
+    "did_you_mean",
     "Status",
     "Record",
     "Estimate",
@@ -169,3 +171,14 @@ class Estimate(eqx.Module):
     status: Int[Array, ""]
     names: tuple[str, ...] = eqx.field(static=True)
     history: Float[Array, "n p"] | None = None
+
+
+def did_you_mean(name: str, allowed) -> str:
+    """The hint ending every "unknown name" message: ``" Did you mean 'x'?"`` or ``""``.
+
+    A case-insensitive exact match wins; otherwise the closest name by ``difflib``.
+    """
+    allowed = [str(a) for a in allowed]
+    folded = [a for a in allowed if a.lower() == str(name).lower()]
+    close = folded or difflib.get_close_matches(str(name), allowed, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""

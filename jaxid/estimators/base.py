@@ -20,7 +20,6 @@ used silently).
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable
 
@@ -36,7 +35,7 @@ from ..linearisation import (
     parameter_values,
     resolve_unknowns,
 )
-from ..types import ESTIMATOR_STATUSES, Estimate, Status, require_float64
+from ..types import ESTIMATOR_STATUSES, Estimate, Status, did_you_mean, require_float64
 
 __all__ = [
     "Estimate",
@@ -85,9 +84,9 @@ def register(name: str):
 def get_estimator(name: str) -> Callable[..., Estimate]:
     """The estimator registered as ``name``; raises ``ValueError`` listing the names (with a suggestion)."""
     if name not in ESTIMATORS:
-        close = difflib.get_close_matches(name, list(ESTIMATORS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"Unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{hint}")
+        raise ValueError(
+            f"Unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{did_you_mean(name, ESTIMATORS)}"
+        )
     return ESTIMATORS[name]
 
 

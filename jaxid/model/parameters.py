@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
+
+from ..types import did_you_mean
 
 __all__ = [
     "GRAVITY",
@@ -83,12 +84,6 @@ STANDARD_NAMES: tuple[str, ...] = (
 )
 
 
-def _suggest(name: str, allowed: Sequence[str]) -> str:
-    folded = [a for a in allowed if a.lower() == name.lower()]
-    close = folded or difflib.get_close_matches(name, allowed, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
 def validate_unknowns(unknowns: Sequence[str], allowed: Sequence[str] = PARAMETER_NAMES) -> tuple[str, ...]:
     """Check a set of unknown parameter names; return it as a tuple.
 
@@ -101,7 +96,9 @@ def validate_unknowns(unknowns: Sequence[str], allowed: Sequence[str] = PARAMETE
         raise ValueError(f"The set of unknowns is empty; choose some of {list(allowed)}.")
     for name in unknowns:
         if name not in allowed:
-            raise ValueError(f"Unknown parameter name {name!r}; allowed are {list(allowed)}.{_suggest(name, allowed)}")
+            raise ValueError(
+                f"Unknown parameter name {name!r}; allowed are {list(allowed)}.{did_you_mean(name, allowed)}"
+            )
     if len(set(unknowns)) != len(unknowns):
         raise ValueError(f"The unknowns {list(unknowns)} contain a duplicate; list each once.")
     return unknowns
