@@ -24,25 +24,26 @@ layer here gives every estimator the same shape:
 - **One name table** ``ESTIMATORS`` (name → class); ``make_estimator(name, options)`` builds one
   from a TOML table, with one-line errors naming a bad option and the allowed ones.
 
+The base class ``AbstractEstimator``, the traced/static field helpers and the type checks of
+options live in ``jaxid.estimators.abstract``; this module holds the estimator classes and the
+name table.
+
 Under ``jit``/``vmap`` an estimator module behaves like the function it wraps (batch the record,
 close over or ``eqx.filter_jit`` the module).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import functools
-import types
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-import equinox as eqx
-import jax.numpy as jnp
-import numpy as np
-from jaxtyping import Array, ArrayLike
+from jaxtyping import Array
 
+from .abstract import AbstractEstimator, Bound, History, Model, option_choices, option_hints, option_type_error
+from .abstract import static_float_option as _static_float
+from .abstract import static_option as _static
+from .abstract import traced_option as _traced
 from .base import Estimate
 from .ekf import ekf, ukf
 from .equation_error import equation_error
@@ -68,180 +69,12 @@ __all__ = [
     "check_options",
 ]
 
-Model = Literal["linearised", "nonlinear", "regressor"]
-History = Literal["none", "time", "iterations"]
-Bound = Literal["linear", "nonlinear"]
-
 SpectrumMethod = Literal["projection", "lstsq"]
 SpectralWeighting = Literal["pooled", "per_line"]
 Derivative = Literal["fourier", "butterworth"]
 Keep = Literal["excited", "band", "detected"]
 RegressionWeighting = Literal["none", "joint"]
 StartEstimator = Literal["ml", "equation_error", "paper", "idim_ls", "idim_iv", "rls", "ekf", "ukf"]
-
-
-def _array(x: ArrayLike) -> Array:
-    """Converter of a traced option: a float array (a tracer passes through)."""
-    if isinstance(x, (str, bool)) or x is None:
-        raise TypeError(f"expected a number or an array of numbers, got {x!r}")
-    return jnp.asarray(x, dtype=float)
-
-
-def _optional_array(x: ArrayLike | None) -> Array | None:
-    return None if x is None else _array(x)
-
-
-def _traced(default):
-    """A traced option: an array leaf (varies without recompiling)."""
-    converter = _optional_array if default is None else _array
-    return eqx.field(default=default, converter=converter)
-
-
-def _static(default):
-    """A static option: hashed into the compiled function (sets a shape, branch or loop)."""
-    return eqx.field(default=default, static=True)
-
-
-def _static_float(default: float):
-    return eqx.field(default=default, static=True, converter=float)
-
-
-class AbstractEstimator(eqx.Module):
-    """An estimator: options as fields, facts as class variables, one call signature.
-
-    Class variables (facts; read them instead of keeping lists of estimator names):
-        name: the name in ``ESTIMATORS`` and in experiment files.
-        function: the estimator function this class calls (the documented API of its options).
-        model: what it fits — ``"linearised"`` (the arm linearised at ``q0``, frequency domain),
-            ``"nonlinear"`` (the nonlinear arm: its periodic steady state or its state-space
-            model) or ``"regressor"`` (the inverse-dynamics regressor ``tau = Y(q, q', q'') θ``
-            on filtered angles).
-        history: what ``Estimate.history`` holds — ``"none"``, ``"time"`` (the estimate over the
-            record's time: recursive in time) or ``"iterations"`` (the iterate of an iterative fit).
-        bound: the Cramér–Rao bound the report compares its spread with: ``"nonlinear"`` (of the
-            nonlinear periodic steady state) or ``"linear"`` (of the linearised arm).
-        takes_noise_mean: the mean of the angle noise biases it, so the caller passes it as
-            ``noise_mean`` (subtracted from the angles) when known.
-        uses_noise_std: it uses ``noise_std`` when given (else estimates what it needs).
-        needs_whole_periods: the record must be whole periods (with the default options).
-    """
-
-    name: eqx.AbstractClassVar[str]
-    function: eqx.AbstractClassVar[Callable[..., Estimate]]
-    model: eqx.AbstractClassVar[Model]
-    history: eqx.AbstractClassVar[History]
-    bound: eqx.AbstractClassVar[Bound]
-    takes_noise_mean: eqx.AbstractClassVar[bool]
-    uses_noise_std: eqx.AbstractClassVar[bool]
-    needs_whole_periods: eqx.AbstractClassVar[bool]
-
-    def __check_init__(self):
-        for field in dataclasses.fields(self):
-            if field.metadata.get("static", False):
-                error = _type_error(_hints(type(self))[field.name], getattr(self, field.name))
-                if error:
-                    raise ValueError(f"{type(self).__name__}: option {field.name!r} {error}.")
-
-    @classmethod
-    def option_names(cls) -> tuple[str, ...]:
-        """The options (constructor arguments) of this estimator, in order."""
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    def options(self) -> dict[str, Any]:
-        """The options as keyword arguments of ``function``."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def __call__(
-        self,
-        record,
-        excitation,
-        nominal,
-        *,
-        unknowns: Sequence[str],
-        q0: ArrayLike = (0.0, 0.0),
-        noise_std: ArrayLike | None = None,
-        noise_mean: ArrayLike | None = None,
-    ) -> Estimate:
-        """Estimate ``unknowns`` from ``record``.
-
-        Args:
-            record: the measured ``Record`` (angles possibly noisy), unbatched (``vmap`` it).
-            excitation: the ``Multisine`` applied.
-            nominal: ``TwoLinkArm`` with the known parameters (its values of the unknowns are a
-                starting point at most; see each function).
-            unknowns: static tuple of parameter names.
-            q0: operating point [rad].
-            noise_std: angle noise standard deviation [rad] if known (used where
-                ``uses_noise_std``), else ``None``.
-            noise_mean: mean of the angle noise [rad] if known; subtracted where
-                ``takes_noise_mean`` unless the ``measurement_offset`` option is set; ignored by
-                the others.
-
-        Returns the function's ``Estimate``. Raises ``ValueError`` as the function does.
-        """
-        options = self.options()
-        unknowns = (unknowns,) if isinstance(unknowns, str) else tuple(unknowns)
-        if self.takes_noise_mean and options.get("measurement_offset") is None:
-            options["measurement_offset"] = 0.0 if noise_mean is None else noise_mean
-        return type(self).function(
-            record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std, **options
-        )
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _alternatives(hint) -> list[str]:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return [repr(a) for a in typing.get_args(hint)]
-    if origin in (typing.Union, types.UnionType):
-        return [d for a in typing.get_args(hint) for d in _alternatives(a)]
-    if hint is type(None):
-        return ["None"]
-    names = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
-    return [names.get(hint, "a number or an array of numbers")]
-
-
-def _describe(hint) -> str:
-    alternatives = _alternatives(hint)
-    return alternatives[0] if len(alternatives) == 1 else ", ".join(alternatives[:-1]) + " or " + alternatives[-1]
-
-
-def _matches(hint, value) -> bool:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return any(value == a and type(value) is type(a) for a in typing.get_args(hint))
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(a, value) for a in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    # An array option: numbers, (nested) lists of numbers or arrays (checked without touching a device).
-    if isinstance(value, (str, bool)) or value is None:
-        return False
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        try:
-            dtype = np.asarray(value).dtype
-        except (TypeError, ValueError):
-            return False
-    return np.issubdtype(dtype, np.number) and not np.issubdtype(dtype, np.bool_)
-
-
-def _type_error(hint, value) -> str | None:
-    if _matches(hint, value):
-        return None
-    return f"must be {_describe(hint)}, got {value!r}"
 
 
 # -- the estimators -----------------------------------------------------------------------------
@@ -474,17 +307,7 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
             raise ValueError(
                 f"Estimator {name!r} has no option {key!r}; its options: {listed}.{_suggest(key, allowed)}"
             )
-        error = _type_error(_hints(cls)[key], value)
+        hint = option_hints(cls)[key]
+        error = option_type_error(hint, value)
         if error:
-            raise ValueError(
-                f"Estimator {name!r}: option {key!r} {error}.{_suggest(str(value), _choices(_hints(cls)[key]))}"
-            )
-
-
-def _choices(hint) -> list[str]:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return [a for a in typing.get_args(hint) if isinstance(a, str)]
-    if origin in (typing.Union, types.UnionType):
-        return [c for a in typing.get_args(hint) for c in _choices(a)]
-    return []
+            raise ValueError(f"Estimator {name!r}: option {key!r} {error}.{_suggest(str(value), option_choices(hint))}")
