@@ -34,12 +34,12 @@ close over or ``eqx.filter_jit`` the module).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from jaxtyping import Array
 
+from ..types import did_you_mean
 from .abstract import AbstractEstimator, Bound, History, Model, option_choices, option_hints, option_type_error
 from .abstract import static_float_option as _static_float
 from .abstract import static_option as _static
@@ -273,15 +273,12 @@ ESTIMATORS: dict[str, type[AbstractEstimator]] = {
 }
 
 
-def _suggest(name: str, choices) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
 def estimator_class(name: str) -> type[AbstractEstimator]:
     """The estimator class called ``name``; raises ``ValueError`` listing the names (with a suggestion)."""
     if name not in ESTIMATORS:
-        raise ValueError(f"Unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{_suggest(name, ESTIMATORS)}")
+        raise ValueError(
+            f"Unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{did_you_mean(name, ESTIMATORS)}"
+        )
     return ESTIMATORS[name]
 
 
@@ -305,9 +302,11 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         if key not in allowed:
             listed = ", ".join(allowed) if allowed else "none"
             raise ValueError(
-                f"Estimator {name!r} has no option {key!r}; its options: {listed}.{_suggest(key, allowed)}"
+                f"Estimator {name!r} has no option {key!r}; its options: {listed}.{did_you_mean(key, allowed)}"
             )
         hint = option_hints(cls)[key]
         error = option_type_error(hint, value)
         if error:
-            raise ValueError(f"Estimator {name!r}: option {key!r} {error}.{_suggest(str(value), option_choices(hint))}")
+            raise ValueError(
+                f"Estimator {name!r}: option {key!r} {error}.{did_you_mean(str(value), option_choices(hint))}"
+            )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ESTIMATOR_NAMES", "FitConfig", "parse_fit_config", "load_fit_config", "config_error", "suggest"]
+from ..types import did_you_mean
+
+__all__ = ["ESTIMATOR_NAMES", "FitConfig", "parse_fit_config", "load_fit_config", "config_error"]
 
 ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
 
@@ -62,11 +63,6 @@ def config_error(message: str) -> Exception:
     return ConfigError(message)
 
 
-def suggest(name: str, allowed) -> str:
-    close = difflib.get_close_matches(name, list(allowed), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
 @dataclass(frozen=True)
 class FitConfig:
     """A validated fit configuration (see the ``jaxid.fit`` docstring); ``raw`` is the resolved dict."""
@@ -100,7 +96,7 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     unknown = [k for k in raw if k not in _SECTIONS]
     if unknown:
         raise config_error(
-            f"unknown section [{unknown[0]}]; allowed: {list(_SECTIONS)}.{suggest(unknown[0], _SECTIONS)}"
+            f"unknown section [{unknown[0]}]; allowed: {list(_SECTIONS)}.{did_you_mean(unknown[0], _SECTIONS)}"
         )
     resolved: dict[str, Any] = {}
     for section, defaults in _SECTIONS.items():
@@ -116,14 +112,14 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
                 for k, v in value.items():
                     if k not in opts:
                         raise config_error(
-                            f"unknown key 'estimators.{key}.{k}'; allowed: {list(opts)}.{suggest(k, opts)}"
+                            f"unknown key 'estimators.{key}.{k}'; allowed: {list(opts)}.{did_you_mean(k, opts)}"
                         )
                     opts[k] = v
                 out[key] = opts
                 continue
             if key not in defaults:
                 allowed = list(defaults) + (list(_ESTIMATOR_OPTIONS) if section == "estimators" else [])
-                raise config_error(f"unknown key '{section}.{key}'; allowed: {allowed}.{suggest(key, allowed)}")
+                raise config_error(f"unknown key '{section}.{key}'; allowed: {allowed}.{did_you_mean(key, allowed)}")
             out[key] = value
         resolved[section] = out
     fit = resolved["fit"]
@@ -148,7 +144,7 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     for name in use:
         if name not in ESTIMATOR_NAMES:
             raise config_error(
-                f"unknown estimator {name!r} in estimators.use; allowed: {list(ESTIMATOR_NAMES)}.{suggest(name, ESTIMATOR_NAMES)}"
+                f"unknown estimator {name!r} in estimators.use; allowed: {list(ESTIMATOR_NAMES)}.{did_you_mean(name, ESTIMATOR_NAMES)}"
             )
         resolved["estimators"].setdefault(name, dict(_ESTIMATOR_OPTIONS[name]))
     if "idim_ls" not in use:

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import FitConfig, config_error, suggest
+from ..types import did_you_mean
+from .config import FitConfig, config_error
 
 __all__ = ["FitModel", "build_model", "SIGN_CONSTRAINED", "bounds", "consistency_checks"]
 
@@ -74,7 +75,9 @@ def build_model(config: FitConfig) -> FitModel:
         raise config_error(f'fit.unknowns must be "base" or a non-empty list of {list(names)}.')
     for n in unknowns:
         if n not in names:
-            raise config_error(f"fit.unknowns: {n!r} is not a base parameter; use {list(names)}.{suggest(n, names)}")
+            raise config_error(
+                f"fit.unknowns: {n!r} is not a base parameter; use {list(names)}.{did_you_mean(n, names)}"
+            )
     fixed = fit["fixed"]
     if not isinstance(fixed, dict):
         raise config_error("fit.fixed must be a table {name = value}.")
@@ -82,7 +85,7 @@ def build_model(config: FitConfig) -> FitModel:
         if n not in names or n in unknowns:
             raise config_error(
                 f"fit.fixed: {n!r} must be a base parameter not in fit.unknowns; fixable: "
-                f"{[x for x in names if x not in unknowns]}.{suggest(n, names)}"
+                f"{[x for x in names if x not in unknowns]}.{did_you_mean(n, names)}"
             )
         if not isinstance(v, int | float):
             raise config_error(f"fit.fixed.{n} must be a number, got {v!r}.")
