@@ -249,7 +249,10 @@ def test_four_devices_and_another_chunk_size_give_the_one_device_rows(reference,
 
 
 def test_two_processes_give_the_one_process_table(reference, tmp_path):
-    """The same experiment under jax.distributed (two processes, coordinator on localhost)."""
+    """The same experiment under jax.distributed (two processes, coordinator on localhost).
+
+    equation_error only, as with four devices: what is tested is how trials are split over the
+    processes and gathered, and ml would only add its compile in both processes."""
     import socket
 
     script = """
@@ -262,7 +265,7 @@ sys.path.insert(0, sys.argv[4])
 from test_study import tiny
 from jaxid.experiment import run_experiment
 assert jax.process_count() == 2 and len(jax.devices()) == 2
-run_experiment(tiny(), sys.argv[3], progress=False, figures=False)
+run_experiment(tiny(estimators=("equation_error",)), sys.argv[3], progress=False, figures=False)
 """
     with socket.socket() as sock:
         sock.bind(("localhost", 0))
@@ -274,7 +277,9 @@ run_experiment(tiny(), sys.argv[3], progress=False, figures=False)
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device_count"] == 2 and manifest["complete"]
-    pd.testing.assert_frame_equal(trials_table(reference), trials_table(out))
+    ref = trials_table(reference)
+    ref = ref[ref.estimator == "equation_error"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(ref, trials_table(out))
 
 
 def test_float32_is_refused_with_a_one_line_message(tmp_path):
