@@ -20,7 +20,7 @@ parameter, failures (status not CONVERGED) and ``max |θ_route − θ_default| /
 records. No true parameter enters the estimator (the start is ``ml``'s estimate).
 
 Usage:
-    python scripts/bench_nonlinear.py [--trials 64] [--sweep] [--repeats 3]
+    python scripts/bench_nonlinear.py [--trials 64] [--sweep] [--repeats 3] [--only sweep_s15,...]
 """
 
 from __future__ import annotations
@@ -63,13 +63,17 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--sweep", action="store_true", help="also the amplitude sweep's x0.125 and x1.5")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", default="", help="comma-separated setting names to run (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per route (the best is reported)")
     args = parser.parse_args()
     arm = jaxid.point_mass()
     print(f"nonlinear_oe routes, {args.trials} trials per setting, uniform 0.1*rand() noise, jax {jax.__version__}")
     header = f"{'setting':14s} {'route':8s} {'s/trial':>9s} {'ratio':>6s} {'compile':>8s} {'fail':>4s} {'maxdiff/std':>11s}  rmse"
     print(header)
-    for name, lines, scale, unknowns in settings(args.sweep):
+    only = {name for name in args.only.split(",") if name}
+    for name, lines, scale, unknowns in settings(args.sweep or bool(only)):
+        if only and name not in only:
+            continue
         ex = jaxid.table2(lines, scale)
         record = jaxid.simulate(arm, ex)
         noisy = jaxid.noise_draws(record, key=jax.random.key(args.seed), draws=args.trials, kind="uniform", level=0.1)
