@@ -108,23 +108,27 @@ from .estimators.interface import (
 )
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .estimators.rls import idim_iv, idim_ls, rls
-from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
-from .report import summarise, write_tables
-from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
-from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
 from .experiment import run_experiment
-from .study import RunExists
-from .logs import MeasuredLog, load_log
 from .filters import default_cutoff, differentiate, lowpass
+from .fit import load_fit_config, run_fit
 from .identification import (
     FilteredLog,
     Identification,
     filter_log,
     free_simulation_rmse,
-    idim_iv as log_idim_iv,
-    idim_ls as log_idim_ls,
     kalman_filter_fit,
     output_error,
     torque_rmse,
 )
-from .fit import load_fit_config, run_fit
+from .identification import (
+    idim_iv as log_idim_iv,
+)
+from .identification import (
+    idim_ls as log_idim_ls,
+)
+from .logs import MeasuredLog, load_log
+from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
+from .report import summarise, write_tables
+from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
+from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
+from .study import RunExists
