@@ -104,13 +104,55 @@ def test_paper_recovers_masses_on_its_own_template(arm):
     )
 
 
+def _hanging_point_mass_phasors(excitation):
+    """Exact steady-state angle phasors ``(L, 2)`` of the linearised point-mass arm (m = 5, 1.5 kg,
+    l = 1, 0.8 m, Fv = diag(5, 2), g = 9.81) hanging at q0 = 0, written out by hand in NumPy:
+    ``Q(ω) = (K − ω² M + jω C)⁻¹ U(ω)`` with M the mass matrix, K the Hessian of the potential."""
+    m1, m2, l1, l2, g = 5.0, 1.5, 1.0, 0.8, 9.81
+    mass = np.array([[(m1 + m2) * l1**2 + m2 * l2**2 + 2 * m2 * l1 * l2, m2 * l2**2 + m2 * l1 * l2], [0.0, m2 * l2**2]])
+    mass[1, 0] = mass[0, 1]
+    stiffness = g * np.array([[(m1 + m2) * l1 + m2 * l2, m2 * l2], [m2 * l2, m2 * l2]])
+    damping = np.diag([5.0, 2.0])
+    omega = np.asarray(excitation.line_frequencies)
+    u = np.asarray(excitation.phasors())
+    return (
+        np.stack(
+            [np.linalg.solve(stiffness - w**2 * mass + 1j * w * damping, uk) for w, uk in zip(omega, u, strict=True)]
+        ),
+        u,
+        omega,
+    )
+
+
+def _template_masses(q, u, omega, joint1_lines, joint2_lines, l1=1.0, l2=0.8):
+    """The paper's route in NumPy: fit ``Q (s² − 2σ0 s + ω0²) = (b s + p) U`` at s = jω per joint
+    (complex equations, real and imaginary parts stacked), then eq. 15 at q20 = 0 solved for the
+    masses: b11 = 1/(l1² m1), b22 = (l1² m1 + (l1 + l2)² m2)/(l1² l2² m1 m2)."""
+    b = []
+    for j, lines in ((0, joint1_lines), (1, joint2_lines)):
+        qj, uj, s = q[lines, j], u[lines, j], 1j * omega[lines]
+        # unknowns (ω0², σ0, p, b):  Q ω0² − 2 s Q σ0 − U p − s U b = −s² Q
+        a = np.stack([qj, -2 * s * qj, -uj, -s * uj], axis=1)
+        theta = np.linalg.lstsq(
+            np.vstack([a.real, a.imag]), np.concatenate([(-(s**2) * qj).real, (-(s**2) * qj).imag])
+        )[0]
+        b.append(theta[3])
+    m1 = 1 / (l1**2 * b[0])
+    m2 = l1**2 * m1 / (b[1] * l1**2 * l2**2 * m1 - (l1 + l2) ** 2)
+    return np.array([m1, m2])
+
+
 def test_paper_is_wrong_on_the_real_arm(arm):
-    # Noise-free steady state of the (linearised) real arm: the first-order template does not
-    # hold, so the route returns masses that are far off, even negative. Pinned values.
+    # Noise-free steady state of the (linearised) real arm: the first-order template does not hold,
+    # so the route returns masses that are far off, even negative. The expected masses are the same
+    # fit done independently in NumPy on the exact phasors.
     exc = jaxid.table2("split", scale=0.25)
+    q, u, omega = _hanging_point_mass_phasors(exc)
+    lines = np.arange(len(omega))
+    expected = _template_masses(q, u, omega, lines[np.abs(u[:, 0]) > 0], lines[np.abs(u[:, 1]) > 0])
     est = paper(linear_record(arm, exc, 1), exc, arm)
     assert int(est.status) == CONVERGED
-    np.testing.assert_allclose(est.value, [-739.782712, 17.2358109], rtol=1e-6)
+    np.testing.assert_allclose(est.value, expected, rtol=1e-8)
     assert np.all(np.abs(np.asarray(est.value) / np.array([5.0, 1.5]) - 1) > 1.0)
 
 
@@ -119,8 +161,17 @@ def test_paper_needs_split_lines(arm):
     rec = linear_record(arm, exc, 1)
     with pytest.raises(ValueError, match="split"):
         paper(rec, exc, arm)
+    # The shared-lines route (paper.toml's paper_same): each joint fitted at all lines with its own
+    # torque, the other joint's torque ignored. Checked against the NumPy fit of the exact phasors.
+    q, u, omega = _hanging_point_mass_phasors(exc)
+    lines = np.arange(len(omega))
+    expected = _template_masses(q, u, omega, lines, lines)
+    both = paper(rec, exc, arm, allow_shared_lines=True)
+    assert int(both.status) == CONVERGED
+    np.testing.assert_allclose(both.value, expected, rtol=1e-8)
     est = paper(rec, exc, arm, allow_shared_lines=True, unknowns=("m2",))
-    assert est.value.shape == (1,) and est.names == ("m2",)
+    assert est.names == ("m2",)
+    np.testing.assert_allclose(est.value, expected[1:], rtol=1e-8)
     with pytest.raises(ValueError, match="m1"):
         paper(rec, exc, arm, unknowns=("fv1",))
 
