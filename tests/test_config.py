@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxid.config import ConfigError, load_experiment, parse_experiment
@@ -76,3 +77,39 @@ def test_missing_file_and_bad_toml(tmp_path):
     bad.write_text("[experiment\nname=1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_experiment(bad)
+
+
+# The paper (Tables 1-2, Section 4): Table 2's harmonics of f0 = 0.01 Hz and their amplitudes, the
+# same torque on both joints, the link masses unknown, noise d = 0.1*rand() added to the angles.
+PAPER_HARMONICS = (3, 5, 7, 9, 11, 13, 17, 21, 27, 42)
+PAPER_AMPLITUDES = (0.2, 1.5, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.4, 2.0)
+
+
+def test_paper_toml_is_the_papers_experiment():
+    from jaxid.study.sampling import build_arm, build_excitation
+
+    exp = load_experiment(Path(__file__).parent.parent / "experiments" / "paper.toml")
+    same = exp.setting("paper_same")
+    assert same["lines"] == "same" and same["scale"] == 1.0 and same["phases"] == "zero"
+    assert list(same["unknowns"]) == ["m1", "m2"]
+    assert same["noise"] == "uniform" and same["noise_level"] == 0.1
+    assert list(same["q0"]) == [0.0, 0.0]
+    assert "paper" in same["estimators"]
+    # Table 1's point-mass arm (r_i = l_i, J_i = 0): m = (5, 1.5) kg, l = (1, 0.8) m.
+    arm = build_arm(same)
+    np.testing.assert_array_equal(arm.masses, [5.0, 1.5])
+    np.testing.assert_array_equal(arm.lengths, [1.0, 0.8])
+    np.testing.assert_array_equal(arm.com, [1.0, 0.8])
+    np.testing.assert_array_equal(arm.inertias, [0.0, 0.0])
+    # The torque on each joint is Σ d_i cos(k_i ω0 t), ω0 = 2π 0.01 rad/s, written out here.
+    ex = build_excitation(same, exp.seed)
+    assert ex.harmonics == (PAPER_HARMONICS, PAPER_HARMONICS)
+    assert ex.period == pytest.approx(100.0, rel=1e-12)
+    t = np.linspace(0.0, 100.0, 997)
+    tau = sum(d * np.cos(k * 2 * np.pi * 0.01 * t) for k, d in zip(PAPER_HARMONICS, PAPER_AMPLITUDES, strict=True))
+    np.testing.assert_allclose(ex.torque(t), np.stack([tau, tau], -1), rtol=0, atol=1e-12)
+    # The other full-size settings keep the paper's amplitudes, unknowns and noise.
+    for name in ("paper_split",):
+        s = exp.setting(name)
+        assert s["scale"] == 1.0 and list(s["unknowns"]) == ["m1", "m2"]
+        assert s["noise"] == "uniform" and s["noise_level"] == 0.1
