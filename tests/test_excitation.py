@@ -19,16 +19,31 @@ def test_torque_equals_phasor_reconstruction(lines, phases):
     np.testing.assert_allclose(ex.torque(t[:50] + ex.period), ex.torque(t[:50]), atol=1e-11)
 
 
+# The paper's Table 2 (written out here, not taken from the package): harmonics of f0 = 0.01 Hz and
+# the amplitudes of the torque's cosines; "The above torque has been applied to both joints".
+PAPER_HARMONICS = (3, 5, 7, 9, 11, 13, 17, 21, 27, 42)
+PAPER_AMPLITUDES = (0.2, 1.5, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.4, 2.0)
+
+
 def test_table2_presets():
     same, split = jaxid.table2("same"), jaxid.table2("split")
-    assert same.harmonics[0] == same.harmonics[1] == jaxid.TABLE2_HARMONICS
-    assert set(split.harmonics[0]).isdisjoint(split.harmonics[1])
-    assert split.harmonics[1] == tuple(k + 1 for k in jaxid.TABLE2_HARMONICS)
+    assert same.harmonics == (PAPER_HARMONICS, PAPER_HARMONICS)
+    assert split.harmonics == (PAPER_HARMONICS, tuple(k + 1 for k in PAPER_HARMONICS))
+    np.testing.assert_array_equal(same.amplitudes, [PAPER_AMPLITUDES, PAPER_AMPLITUDES])
+    np.testing.assert_array_equal(split.amplitudes, [PAPER_AMPLITUDES, PAPER_AMPLITUDES])
+    assert same.fundamental == pytest.approx(2 * np.pi * 0.01, rel=1e-15)
     assert same.period == pytest.approx(100.0)
+    # The torque itself, against the cosine sums of Table 2.
+    t = np.linspace(0.0, 100.0, 1013)
+    w0 = 2 * np.pi * 0.01
+    tau = sum(d * np.cos(k * w0 * t) for k, d in zip(PAPER_HARMONICS, PAPER_AMPLITUDES, strict=True))
+    tau2 = sum(d * np.cos((k + 1) * w0 * t) for k, d in zip(PAPER_HARMONICS, PAPER_AMPLITUDES, strict=True))
+    np.testing.assert_allclose(same.torque(t), np.stack([tau, tau], -1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(split.torque(t), np.stack([tau, tau2], -1), rtol=0, atol=1e-12)
     # "split" puts each joint on its own lines: the other joint's phasor there is zero.
     u = np.asarray(split.phasors())
     assert np.all((u[:, 0] == 0) != (u[:, 1] == 0))
-    np.testing.assert_allclose(np.abs(u).sum(axis=0), [sum(jaxid.TABLE2_AMPLITUDES)] * 2)
+    np.testing.assert_allclose(np.abs(u).sum(axis=0), [sum(PAPER_AMPLITUDES)] * 2)
     np.testing.assert_allclose(jaxid.table2(scale=2.0).torque(3.0), 2 * same.torque(3.0))
 
 
@@ -75,14 +90,18 @@ def test_bad_harmonics_raise():
 
 def test_sweep_over_amplitudes_compiles_once():
     ex = jaxid.table2()
+    traced_peak = []
 
     @jax.jit
     def peak(e):
-        return ex.replace(amplitudes=e.amplitudes, scale=e.scale).torque(np.arange(100) * 0.5).max()
+        traced_peak.append(1)
+        return ex.replace(amplitudes=e.amplitudes, scale=e.scale).torque(np.arange(100) * 0.5).max(axis=0)
 
     traced = []
     ex_ok = jax.jit(lambda e: (traced.append(1), e.torque(1.0))[1])
     for s in (0.5, 1.0, 2.0):
         ex_ok(ex.replace(scale=s, amplitudes=ex.amplitudes * s))
-        peak(ex.replace(scale=s))
+        # Zero phases: every cosine peaks at t = 0, so the peak is the scaled sum of Table 2's amplitudes.
+        np.testing.assert_allclose(peak(ex.replace(scale=s)), [s * sum(PAPER_AMPLITUDES)] * 2, rtol=1e-14)
     assert len(traced) == 1
+    assert len(traced_peak) == 1
