@@ -86,13 +86,47 @@ def test_rls_equals_regularised_ls_exactly(short):
     np.testing.assert_allclose(theta, ridge, rtol=1e-9)
 
 
-def test_forgetting_changes_estimate_and_stays_finite(short):
+def _exponentially_weighted_ls(y, z, weights, forgetting, theta0, p0):
+    """NumPy batch solution of min Σ_n λ^{N−n} (z_n − Y_n θ)ᵀ W (z_n − Y_n θ) + λ^N (θ − θ0)ᵀ P0⁻¹ (θ − θ0)."""
+    y, z = np.asarray(y), np.asarray(z)
+    n = y.shape[0]
+    decay = forgetting ** (n - 1 - np.arange(n))  # the last sample has weight 1
+    w = decay[:, None] * np.asarray(weights)[None, :]  # (N, d)
+    prior = forgetting**n * np.linalg.inv(p0)
+    info = np.einsum("nd,ndp,ndq->pq", w, y, y) + prior
+    rhs = np.einsum("nd,ndp,nd->p", w, y, z) + prior @ theta0
+    return np.linalg.solve(info, rhs)
+
+
+def test_forgetting_is_exponentially_weighted_least_squares(short):
     arm, ex, rec = short
     noisy = _noisy(rec, 2)
-    est = rls_mod.rls(noisy, ex, arm, unknowns=UNKNOWNS, forgetting=0.999)
+    y, z = rls_mod.regression_data(noisy, ex, arm, unknowns=UNKNOWNS)
+    theta0 = np.array([4.0, 2.0, 4.0, 3.0])
+    # The estimator (unit weights), λ = 0.999 over 2000 samples: the prior keeps weight λ^N = 0.14.
+    est = rls_mod.rls(
+        noisy,
+        ex,
+        arm,
+        unknowns=UNKNOWNS,
+        forgetting=0.999,
+        weighting="none",
+        initial_guess=theta0,
+        initial_covariance=1e2,
+    )
     assert int(est.status) == CONVERGED
     assert np.all(np.isfinite(est.covariance))
-    assert np.all(np.abs(np.asarray(est.value) / TRUTH - 1) < 0.1)
+    expected = _exponentially_weighted_ls(y, z, [1.0, 1.0], 0.999, theta0, 1e2 * np.eye(4))
+    np.testing.assert_allclose(est.value, expected, rtol=1e-8)
+    # Forgetting does change the estimate: λ = 1 lands elsewhere, by far more than the tolerance.
+    plain = _exponentially_weighted_ls(y, z, [1.0, 1.0], 1.0, theta0, 1e2 * np.eye(4))
+    assert np.min(np.abs(expected / plain - 1)) > 1e-5
+    # The recursion itself with joint weights and a stronger forgetting.
+    theta, *_ = rls_mod.recursive_least_squares(
+        y, z, jnp.asarray(theta0), 10.0 * jnp.eye(4), weights=jnp.asarray([2.0, 0.5]), forgetting=0.995
+    )
+    expected = _exponentially_weighted_ls(y, z, [2.0, 0.5], 0.995, theta0, 10.0 * np.eye(4))
+    np.testing.assert_allclose(theta, expected, rtol=1e-8)
 
 
 def test_noise_free_converges_to_truth(short):
