@@ -50,9 +50,30 @@ def _setup_jax(
         jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
 
 
+def _check_run_args(args) -> str | None:
+    """The one-line error of a bad ``jaxid run`` flag combination, or ``None`` (before jax starts)."""
+    if args.trials is not None and args.trials < 1:
+        return f"--trials must be a positive integer, got {args.trials}."
+    if args.trials is not None and args.full:
+        return "--trials and --full both set the trial count; give one of them."
+    if args.devices is not None and args.devices < 1:
+        return f"--devices must be a positive integer, got {args.devices}."
+    multi = (args.coordinator, args.num_processes, args.process_id)
+    if any(x is not None for x in multi) and any(x is None for x in multi):
+        return (
+            "--coordinator, --num-processes and --process-id go together (a multi-process run); give all three or none."
+        )
+    if args.num_processes is not None and args.num_processes < 1:
+        return f"--num-processes must be a positive integer, got {args.num_processes}."
+    if args.process_id is not None and not 0 <= args.process_id < args.num_processes:
+        return f"--process-id must be in 0 .. {args.num_processes - 1} (--num-processes {args.num_processes}), got {args.process_id}."
+    return None
+
+
 def cmd_run(args) -> int:
-    if args.coordinator and (args.num_processes is None or args.process_id is None):
-        print("jaxid run: error: --coordinator needs --num-processes and --process-id.", file=sys.stderr)
+    error = _check_run_args(args)
+    if error:
+        print(f"jaxid run: error: {error}", file=sys.stderr)
         return 2
     _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
     from .config import ConfigError, load_experiment

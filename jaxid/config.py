@@ -192,11 +192,13 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
                 f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{did_you_mean(key, EXPERIMENT_KEYS)}"
             )
         if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
-            raise ConfigError(f"{where}experiment.{key} must be a {EXPERIMENT_KEYS[key].__name__}, got {value!r}.")
+            kind = {int: "an integer", str: "a string", list: "a list"}[EXPERIMENT_KEYS[key]]
+            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
     trials = exp.get("trials", 100)
     chunk = exp.get("chunk", 256)
-    if trials < 1 or chunk < 1:
-        raise ConfigError(f"{where}experiment.trials and experiment.chunk must be >= 1.")
+    for key in ("trials", "chunk", "full_trials"):
+        if key in exp and exp[key] < 1:
+            raise ConfigError(f"{where}experiment.{key} must be a positive integer, got {exp[key]!r}.")
     plots = tuple(exp.get("plots", []))
     for p in plots:
         if p not in PLOTS:
@@ -255,8 +257,13 @@ def _validate_setting(v: dict, where: str) -> dict:
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
             raise ConfigError(f"{where}.{key} must be a finite number, got {val!r}.")
         v[key] = float(val)
-    if v["sample_step"] <= 0 or v["noise_level"] < 0 or v["scale"] < 0:
-        raise ConfigError(f"{where}: sample_step must be > 0, noise_level >= 0 and scale >= 0.")
+    for key, ok, rule in (
+        ("sample_step", v["sample_step"] > 0, "> 0 [s]"),
+        ("noise_level", v["noise_level"] >= 0, ">= 0 [rad]"),
+        ("scale", v["scale"] > 0, "> 0 (0 applies no excitation)"),
+    ):
+        if not ok:
+            raise ConfigError(f"{where}.{key} must be {rule}, got {v[key]!r}.")
     if not isinstance(v["noise_mean_known"], bool):
         raise ConfigError(f"{where}.noise_mean_known must be true or false, got {v['noise_mean_known']!r}.")
     for key in ("measured_periods", "substeps", "parameter_sets"):
@@ -265,11 +272,16 @@ def _validate_setting(v: dict, where: str) -> dict:
     d = v["discard_periods"]
     if not (d == "auto" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)):
         raise ConfigError(f'{where}.discard_periods must be "auto" or a non-negative integer, got {d!r}.')
-    if v["trials"] is not None and (not isinstance(v["trials"], int) or v["trials"] < 1):
+    trials = v["trials"]
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ConfigError(f"{where}.trials must be a positive integer, got {v['trials']!r}.")
     q0 = v["q0"]
-    if not (isinstance(q0, list) and len(q0) == 2 and all(isinstance(x, (int, float)) for x in q0)):
-        raise ConfigError(f"{where}.q0 must be a list of two angles in rad, got {q0!r}.")
+    if not (
+        isinstance(q0, list)
+        and len(q0) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in q0)
+    ):
+        raise ConfigError(f"{where}.q0 must be a list of two finite angles in rad, e.g. [0.0, 0.0], got {q0!r}.")
     unknowns = v["unknowns"]
     if isinstance(unknowns, str):
         unknowns = [unknowns]

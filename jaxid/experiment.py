@@ -31,6 +31,8 @@ def run_experiment(
     writes ``trials.parquet``, the summary tables and, with ``figures``, the figures
     (``jaxid report <dir>`` rebuilds the last two from the trials).
 
+    The whole experiment is checked first (``jaxid.study.validate_experiment``, via ``run_study``):
+    a bad setting raises ``ConfigError`` (a ``ValueError``) naming its key before ``out`` exists.
     Raises ``RunExists`` if ``out`` holds a finished run, or a run of a different config,
     unless ``overwrite``; ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
     """

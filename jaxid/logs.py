@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .types import did_you_mean
+from .types import check_samples, did_you_mean
 
 __all__ = ["MeasuredLog", "load_log", "read_table", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]
 
@@ -60,6 +60,10 @@ class MeasuredLog(eqx.Module):
     sample_step: float = eqx.field(static=True)
     columns: tuple[str, ...] = eqx.field(static=True)
     raw_samples: int = eqx.field(static=True)
+
+    def __check_init__(self) -> None:
+        # Shapes always; for concrete values also finiteness and t[k+1] - t[k] = sample_step.
+        check_samples("MeasuredLog", self.t, self.sample_step, q=self.q, tau=self.tau, qd=self.qd)
 
     @property
     def samples(self) -> int:

@@ -15,6 +15,8 @@ from jaxtyping import Array, Float, Int
 
 __all__ = [
     "did_you_mean",
+    "check_finite",
+    "check_samples",
     "Status",
     "Record",
     "Estimate",
@@ -112,8 +114,9 @@ def steps_per_period(period: float, step: float) -> int:
     n = period / step
     if not (n > 0 and abs(n - round(n)) < 1e-9 * max(1.0, n)):
         raise ValueError(
-            f"The step {step} s does not divide the period {period} s into a whole number of samples "
-            f"(T/Δ = {n}); choose Δ = T/N for an integer N, e.g. {period / max(1, round(n))}."
+            f"The step {step:g} s does not divide the period {period:g} s into a whole number of samples "
+            f"(T/Δ = {n:.6g}); choose Δ = T/N for an integer N, e.g. {period / max(1, round(n)):.6g} s "
+            f"(N = {max(1, round(n))})."
         )
     return int(round(n))
 
@@ -182,3 +185,59 @@ def did_you_mean(name: str, allowed) -> str:
     folded = [a for a in allowed if a.lower() == str(name).lower()]
     close = folded or difflib.get_close_matches(str(name), allowed, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _concrete(x) -> bool:
+    return x is not None and not isinstance(x, jax.core.Tracer)
+
+
+def check_finite(who: str, **arrays) -> None:
+    """Raise ``ValueError`` naming the first array (and index) holding NaN or inf.
+
+    Concrete arrays only (tracers, inside ``jit``/``vmap``, and ``None`` are skipped). ``who``
+    names the object in the message, e.g. ``"MeasuredLog"``.
+    """
+    import numpy as np
+
+    for name, value in arrays.items():
+        if not _concrete(value):
+            continue
+        bad = ~np.isfinite(np.asarray(value))
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{who}.{name} has {int(bad.sum())} NaN/inf value(s), the first at index {first}; give finite values."
+            )
+
+
+def check_samples(who: str, t, sample_step: float, **arrays) -> None:
+    """Check a sampled signal: ``t`` of shape ``(N,)``, every array ``(N, 2)`` (one column per
+    joint), ``sample_step`` positive and finite and, for a concrete ``t``, ``t[k+1] - t[k] = Δ``.
+
+    ``None`` arrays are skipped; shapes are checked also under ``jit``, values only when
+    concrete. Raises ``ValueError`` naming ``who.<field>`` and what to change.
+    """
+    import numpy as np
+
+    if isinstance(sample_step, bool) or not (isinstance(sample_step, (int, float)) and 0 < sample_step < np.inf):
+        raise ValueError(f"{who}.sample_step must be a positive finite number of seconds, got {sample_step!r}.")
+    shape = np.shape(t)
+    if len(shape) != 1:
+        raise ValueError(f"{who}.t must be one time vector of shape (N,), got shape {shape}.")
+    for name, value in arrays.items():
+        if value is not None and np.shape(value) != (shape[0], 2):
+            raise ValueError(
+                f"{who}.{name} must have shape (N, 2) = ({shape[0]}, 2) (one row per time stamp, one column "
+                f"per joint), got {np.shape(value)}."
+            )
+    check_finite(who, t=t, **arrays)
+    if _concrete(t) and shape[0] > 1:
+        steps = np.diff(np.asarray(t, dtype=float))
+        tol = 1e-6 * sample_step + 1e-12 * float(np.max(np.abs(np.asarray(t))))
+        bad = np.abs(steps - sample_step) > tol
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"{who}.t steps by {steps[k]:.6g} s at index {k}, not sample_step = {sample_step:g} s; "
+                "give a uniform time vector t[0] + k·sample_step (jaxid.load_log resamples a log onto one)."
+            )

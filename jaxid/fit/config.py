@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,7 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
                 raise config_error(f"unknown key '{section}.{key}'; allowed: {allowed}.{did_you_mean(key, allowed)}")
             out[key] = value
         resolved[section] = out
+    _check_numbers(resolved)
     fit = resolved["fit"]
     if not fit["name"] or not isinstance(fit["name"], str):
         raise config_error("fit.name is required (the results go to results/<name>/).")
@@ -166,6 +168,68 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     base_dir = path.parent if path is not None else Path.cwd()
     data_dir = Path(data) if data is not None else (base_dir / fit["data"])
     return FitConfig(fit["name"], path, data_dir, resolved)
+
+
+#: Numeric keys and their rule: "positive", "non-negative", "positive int", "fraction" (0 < x <= 1);
+#: ``None`` is allowed where the default is ``None``.
+_NUMERIC_RULES: dict[str, str] = {
+    "log.sample_step": "positive",
+    "filter.order": "positive int",
+    "filter.trim_s": "non-negative",
+    "validation.start_every_s": "positive",
+    "frequency.harmonics": "positive int",
+    "frequency.min_share": "fraction",
+    "decimate": "positive int",
+    "iterations": "positive int",
+    "max_iterations": "positive int",
+    "stride": "positive int",
+    "segment_s": "positive",
+    "continuity_weight": "non-negative",
+    "measurement_std": "positive",
+    "velocity_process_std": "positive",
+    "initial_relative_std": "positive",
+}
+
+
+def _check_numbers(resolved: dict[str, Any]) -> None:
+    """Every number finite (NaN/inf named by key), and the numeric keys of ``_NUMERIC_RULES`` in range."""
+
+    def walk(value, key):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{key}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{key}[{i}]")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise config_error(f"{key} = {value!r}: give a finite number.")
+
+    for section, table in resolved.items():
+        walk(table, section)
+    checks = [(f"{sec}.{k}", v) for sec, table in resolved.items() for k, v in table.items()]
+    checks += [
+        (f"estimators.{name}.{k}", v)
+        for name in _ESTIMATOR_OPTIONS
+        for k, v in resolved["estimators"].get(name, {}).items()
+    ]
+    for key, value in checks:
+        rule = _NUMERIC_RULES.get(key) or _NUMERIC_RULES.get(
+            key.rsplit(".", 1)[-1] if key.startswith("estimators.") else ""
+        )
+        if rule is None or value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = number and {
+            "positive": lambda x: x > 0,
+            "non-negative": lambda x: x >= 0,
+            "positive int": lambda x: isinstance(x, int) and x >= 1,
+            "fraction": lambda x: 0 < x <= 1,
+        }[rule](value)
+        if not ok:
+            what = {"fraction": "a number in (0, 1]"}.get(
+                rule, f"a {rule} number" if "int" not in rule else "a positive integer"
+            )
+            raise config_error(f"{key} must be {what}, got {value!r}.")
 
 
 def load_fit_config(path: str | Path, *, data: str | Path | None = None) -> FitConfig:

@@ -39,7 +39,9 @@ def parameters_table(estimates, model, jackknife):
 
 
 def validation_table(config, filtered, model, thetas, horizons):
-    """Per run, role, model and joint: torque RMSE and free-simulation angle RMSE per horizon."""
+    """Per run, role, model and joint: torque RMSE, free-simulation angle RMSE per horizon and a
+    ``status`` (``ok``; ``simulation_failed`` when the free simulation raised, its RMSEs NaN;
+    ``nonfinite`` when a metric came out NaN/inf)."""
     import pandas as pd
 
     from ..identification.validation import free_simulation_rmse, torque_rmse
@@ -52,11 +54,16 @@ def validation_table(config, filtered, model, thetas, horizons):
             tau = torque_rmse(d, model.regressor, theta)
             try:
                 sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"])
+                status = "ok"
             except ValueError:
                 sim = {h: np.full(2, np.nan) for h in horizons}
+                status = "simulation_failed"
             for j in range(2):
                 row = {"run": run, "role": role, "model": label, "joint": j + 1, "torque_rmse": float(tau[j])}
                 row.update({f"angle_rmse_{h:g}s": float(sim[h][j]) for h in horizons})
+                # A NaN metric always comes with a status saying why (never a silent NaN).
+                finite = all(np.isfinite(v) for k, v in row.items() if k.endswith("_rmse") or "_rmse_" in k)
+                row["status"] = status if status != "ok" or finite else "nonfinite"
                 vrows.append(row)
     return pd.DataFrame(vrows)
 

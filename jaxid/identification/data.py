@@ -30,6 +30,7 @@ from ..filters import differentiate, lowpass
 from ..integrate import rk4_step
 from ..linalg import solve_2x2
 from ..logs import MeasuredLog
+from ..types import check_samples
 
 __all__ = [
     "FilteredLog",
@@ -72,6 +73,12 @@ class FilteredLog(eqx.Module):
     method: str = eqx.field(static=True)
     trim: int = eqx.field(static=True)
     lowpass_order: int = eqx.field(static=True, default=4)
+
+    def __check_init__(self) -> None:
+        arrays = {k: getattr(self, k) for k in ("q_raw", "q", "qd", "qdd", "tau", "tau_raw")}
+        check_samples("FilteredLog", self.t, self.sample_step, **arrays)
+        if not (0 <= self.trim and 2 * self.trim < self.t.shape[0]):
+            raise ValueError(f"FilteredLog.trim = {self.trim} leaves no usable samples of {self.t.shape[0]}.")
 
     def band(self, x) -> np.ndarray:
         """The torque-side low-pass (zero-phase Butterworth, the log's cut-off) along axis 0."""

@@ -61,18 +61,18 @@ _ARRAY_FIELDS = (
     "torque_offset",
 )
 
-# field -> (requirement, test) for concrete values; every field must also be finite.
+# field -> (requirement, elementwise test) for concrete values; every field must also be finite.
 _CHECKS = {
-    "masses": ("positive", lambda a: np.all(a > 0)),
-    "lengths": ("positive", lambda a: np.all(a > 0)),
-    "com": ("non-negative", lambda a: np.all(a >= 0)),
-    "inertias": ("finite", lambda a: True),  # I_i = J_i + m_i r_i² ≥ 0 is checked below
-    "friction": ("non-negative", lambda a: np.all(a >= 0)),
-    "gravity": ("finite", lambda a: True),
-    "coulomb": ("non-negative", lambda a: np.all(a >= 0)),
-    "rotor_inertia": ("non-negative", lambda a: np.all(a >= 0)),
-    "gear_ratio": ("positive", lambda a: np.all(a > 0)),
-    "torque_offset": ("finite", lambda a: True),
+    "masses": ("positive", lambda a: a > 0),
+    "lengths": ("positive", lambda a: a > 0),
+    "com": ("non-negative", lambda a: a >= 0),
+    "inertias": ("finite", lambda a: np.ones_like(a, dtype=bool)),  # J_i + m_i r_i² ≥ 0: checked below
+    "friction": ("non-negative", lambda a: a >= 0),
+    "gravity": ("finite", lambda a: np.ones_like(a, dtype=bool)),
+    "coulomb": ("non-negative", lambda a: a >= 0),
+    "rotor_inertia": ("non-negative", lambda a: a >= 0),
+    "gear_ratio": ("positive", lambda a: a > 0),
+    "torque_offset": ("finite", lambda a: np.ones_like(a, dtype=bool)),
 }
 
 
@@ -93,6 +93,15 @@ def _terms(arm, extra: Iterable[str] = ()) -> tuple[str, ...]:
         if isinstance(value, jax.core.Tracer) or np.any(np.asarray(value) != 0):
             needed.add(term)
     return tuple(t for t in OPTIONAL_TERMS if t in needed)
+
+
+def _which(field: str, good: np.ndarray) -> str:
+    """`` (m1)``: the parameter of the first bad entry of ``field``, for an error message."""
+    names = [n for n, (f, _) in _FIELDS.items() if f == field]
+    if not names:
+        return ""
+    index = int(np.argwhere(~good)[0][-1]) if good.ndim and good.shape[-1:] == (2,) else 0
+    return f" ({names[min(index, len(names) - 1)]})"
 
 
 def _copy_with(arm, **changes):
@@ -208,28 +217,45 @@ class TwoLinkArm(AbstractArm):
         self.torque_offset = _pair(torque_offset, "torque_offset")
         self.coulomb_slope = _static_slope(coulomb_slope)
         self.active_terms = _terms(self, active_terms)
+
+    def __check_init__(self) -> None:
+        # Equinox runs this after __init__ (also for subclasses); with_parameters and replace
+        # call _check_values themselves (eqx.tree_at does not construct).
         self._check_values()
 
     def _check_values(self) -> None:
-        # Only concrete values can be checked here; traced ones are the caller's responsibility.
+        """The arm's one set of value rules, for concrete values (``ValueError`` naming the field).
+
+        Every field finite; masses, lengths and gear ratio positive; centre-of-mass distances,
+        friction, Coulomb levels and rotor inertia non-negative; the inertia about each joint
+        ``J_i + m_i r_i² >= 0``. Traced values (inside ``jit``/``vmap``/``grad``) are skipped:
+        they are the caller's responsibility.
+        """
         for name, (word, ok) in _CHECKS.items():
             value = getattr(self, name)
             if isinstance(value, jax.core.Tracer):
                 continue
             arr = np.asarray(value)
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"TwoLinkArm.{name} contains NaN or inf: {arr}; give finite values.")
-            if not ok(arr):
-                raise ValueError(f"TwoLinkArm.{name} must be {word} (SI units), got {arr}.")
+            finite = np.isfinite(arr)
+            if not np.all(finite):
+                raise ValueError(
+                    f"TwoLinkArm.{name} contains NaN or inf{_which(name, finite)}: {arr.tolist()}; give finite values."
+                )
+            good = ok(arr)
+            if not np.all(good):
+                raise ValueError(
+                    f"TwoLinkArm.{name} must be {word} (SI units){_which(name, good)}, got {arr.tolist()}."
+                )
         fields = (self.inertias, self.masses, self.com)
         if not any(isinstance(f, jax.core.Tracer) for f in fields):
             j, m, r = (np.asarray(f) for f in fields)
             about_joint = j + m * r**2
             if not np.all(about_joint >= 0):
+                link = 1 + int(np.argwhere(~(about_joint >= 0))[0][-1])
                 raise ValueError(
-                    f"TwoLinkArm.inertias: the inertias about the joints J_i + m_i r_i² = {about_joint} "
-                    "must be non-negative (J_i itself may be negative only for a fitted, not physically "
-                    "consistent parameter set)."
+                    f"TwoLinkArm.inertias: the inertias about the joints J_i + m_i r_i² = {about_joint.tolist()} "
+                    f"must be non-negative; raise J{link} so that J{link} + m{link} r{link}² >= 0 (J itself may be "
+                    "negative only for a fitted, not physically consistent parameter set)."
                 )
 
     # -- parameter access ----------------------------------------------------------------------
@@ -248,8 +274,9 @@ class TwoLinkArm(AbstractArm):
     def with_parameters(self, names: Sequence[str], values: Float[ArrayLike, "*batch p"]) -> TwoLinkArm:
         """A copy with the parameters ``names`` replaced by ``values`` (trailing axis ``p``).
 
-        Traceable: ``values`` may be a tracer (used by estimators and the Cramér–Rao bound). Values
-        are not range-checked (an optimiser may step outside); ``replace`` checks concrete values.
+        Traceable: ``values`` may be a tracer (used by estimators and the Cramér–Rao bound); traced
+        values are not range-checked (an optimiser inside ``jit`` may step outside). Concrete
+        values are checked as in the constructor (``ValueError``, e.g. ``m1 = -1``).
         """
         names = validate_unknowns(names)
         values = jnp.asarray(values)
@@ -272,6 +299,7 @@ class TwoLinkArm(AbstractArm):
             arm = _copy_with(
                 arm, active_terms=tuple(t for t in OPTIONAL_TERMS if t in switched | set(arm.active_terms))
             )
+        arm._check_values()
         return arm
 
     def replace(self, **kwargs: ArrayLike) -> TwoLinkArm:
@@ -301,7 +329,6 @@ class TwoLinkArm(AbstractArm):
             arm = arm.with_parameters(
                 tuple(params), jnp.stack([jnp.asarray(v, dtype=float) for v in params.values()], -1)
             )
-            arm._check_values()
         return arm
 
     # -- dynamics (the module-level functions in jaxid.model call these) ------------------------
@@ -387,7 +414,4 @@ class TwoLinkArm(AbstractArm):
         j = jnp.stack([i1 - m1r1 * r1, i2 - m2r2 * r2], -1)
         names = ("m1", "m2", "r1", "r2", "J1", "J2", "Ir", "fv1", "fv2", "fc1", "fc2", "off1", "off2")
         values = jnp.stack([m1, m2, r1, r2, j[..., 0], j[..., 1], *(phi[..., k] for k in range(6, 13))], -1)
-        arm = self.with_parameters(names, values)
-        if concrete:
-            arm._check_values()
-        return arm
+        return self.with_parameters(names, values)

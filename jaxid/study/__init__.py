@@ -6,6 +6,7 @@
 - ``hosts`` — multi-process (``jax.distributed``) slicing and gathering of trials;
 - ``files`` — the run directory: atomic writes, manifest, protection of finished runs;
 - ``extras`` — per-setting Cramér–Rao bounds and the Fourier-coefficient table;
+- ``validate`` — ``validate_experiment``: the checks of a whole experiment, before any file;
 - ``runner`` — ``run_study``: settings → chunks of trials → rows on disk, resumable.
 
 ``jaxid.run_experiment`` runs the study and then writes its tables and figures.
@@ -23,9 +24,11 @@ from .sampling import (
     setting_key,
     trial_key,
 )
+from .validate import validate_experiment
 
 __all__ = [
     "run_study",
+    "validate_experiment",
     "RunExists",
     "check_run_dir",
     "TIME_HISTORY",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from .sampling import (
     set_keys,
     trial_key,
 )
+from .validate import validate_experiment
 
 __all__ = ["run_study", "TIME_HISTORY", "SET_CACHE_BYTES"]
 
@@ -190,7 +192,9 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
         cov = gather_processes(est.covariance, lo, hi, n)
         status = gather_processes(est.status, lo, hi, n)
         std = np.sqrt(np.clip(np.diagonal(cov, axis1=-2, axis2=-1), 0, None))
-        finite = np.all(np.isfinite(value), axis=1)
+        # A row is "ok" only with a finite estimate and a finite reported std: no table holds a NaN
+        # without a status saying why.
+        finite = np.all(np.isfinite(value), axis=1) & np.all(np.isfinite(std), axis=1)
         labels = np.where(
             sim_status != 0,
             np.asarray(["sim_" + STATUS_NAMES.get(int(x), str(x)) for x in sim_status]),
@@ -241,22 +245,38 @@ def run_study(exp: Experiment, out: str | Path, *, overwrite: bool = False, prog
     ``jaxid.report.write_tables`` and ``jaxid.plots.make_figures`` (``jaxid.run_experiment``
     does all three).
 
+    First checks the whole experiment (``validate_experiment``): a bad setting raises
+    ``ConfigError`` (a ``ValueError``) naming its key before ``out`` is created or touched.
     Raises ``RunExists`` if ``out`` holds a finished run, or a run of a different config,
     unless ``overwrite``; ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
     """
     require_float64("run_study")
+    # Everything that can be checked is checked before the run directory exists.
+    validate_experiment(exp)
+    plans = [_plan(exp, s) for s in exp.settings]
     out = Path(out)
     digest = config_digest(exp)
     manifest_path = out / "manifest.json"
     prepare_run_dir(out, digest, overwrite)
     sync("jaxid-start")
+    created = is_writer() and not out.exists()
+    try:
+        return _run(exp, plans, out, digest, manifest_path, progress)
+    except ValueError:
+        # A structural error only an estimator's trace finds (the last line of defence behind
+        # validate_experiment): leave no directory behind if this call made it and wrote no chunk.
+        if created and out.exists() and not any((out / "chunks").rglob("*.parquet")):
+            shutil.rmtree(out)
+        raise
+
+
+def _run(exp: Experiment, plans: list, out: Path, digest: str, manifest_path: Path, progress: bool) -> Path:
     if is_writer():
         out.mkdir(parents=True, exist_ok=True)
     write_text(json.dumps(exp.resolved(), indent=2, default=str), out / "config.json")
     manifest = new_manifest(exp, digest, manifest_path)
     write_text(json.dumps(manifest, indent=2), manifest_path)
 
-    plans = [_plan(exp, s) for s in exp.settings]
     bar = None
     if progress and is_writer():
         from tqdm.auto import tqdm

@@ -36,7 +36,13 @@ __all__ = [
     "build_excitation",
     "sample_arms",
     "set_discard_periods",
+    "NORMAL_SPREAD",
 ]
+
+
+#: Normal draws ``base (1 + std z)`` use ``z`` clipped to ``±NORMAL_SPREAD`` (a tail of probability
+#: 2e-9, so no study sees the clip), and ``validate_experiment`` checks that whole support.
+NORMAL_SPREAD = 6.0
 
 
 def _name_to_int(name: str) -> int:
@@ -75,7 +81,6 @@ def build_arm(setting: Setting) -> TwoLinkArm:
     params = setting["parameters"]
     if params:
         arm = arm.with_parameters(tuple(params), jnp.asarray([float(v) for v in params.values()]))
-        arm._check_values()
     return arm
 
 
@@ -87,6 +92,9 @@ def build_excitation(setting: Setting, seed: int) -> Multisine:
 
 def sample_arms(setting: Setting, nominal: TwoLinkArm, keys: jax.Array) -> TwoLinkArm:
     """Batched true arms for the given parameter-set keys (relative perturbations of ``nominal``).
+
+    ``uniform``: ``base (1 + width u)``, ``u`` uniform on [-1, 1]; ``normal``: ``base (1 + std z)``,
+    ``z`` standard normal truncated at ``±NORMAL_SPREAD``.
 
     Parameter ``name`` of a set is drawn from ``fold_in(set key, hash(name))``: each value depends
     on its set's key and its own name only (not on the batch, nor on the other sampled names).
@@ -107,7 +115,9 @@ def sample_arms(setting: Setting, nominal: TwoLinkArm, keys: jax.Array) -> TwoLi
             if s["dist"] == "uniform":
                 rel = s["width"] * jax.random.uniform(k, minval=-1.0, maxval=1.0)
             elif s["dist"] == "normal":
-                rel = s["std"] * jax.random.normal(k)
+                # Truncated at ±NORMAL_SPREAD std (a 2e-9 tail): the support validate_experiment
+                # checks is the support drawn from.
+                rel = s["std"] * jnp.clip(jax.random.normal(k), -NORMAL_SPREAD, NORMAL_SPREAD)
             else:
                 rel = 0.0
             out.append(base[j] * (1 + rel))
