@@ -75,46 +75,25 @@ def _with_gains(excitation: Multisine, scale: Array, gains: Array) -> Multisine:
     return excitation.replace(scale=scale, amplitudes=excitation.amplitudes * gains[:, None])
 
 
-def predict_rmse(
-    arm: TwoLinkArm,
-    excitation: Multisine,
-    scales: Float[ArrayLike, " B"],
-    *,
-    unknowns: Sequence[str] = ("m1", "m2", "fv1", "fv2"),
-    noise_std: float,
-    measured_periods: int = 1,
-    sample_step: float = 0.01,
-    estimators: Sequence[str] = ("equation_error", "ml", NONLINEAR),
-    joint_gains: Float[ArrayLike, "B 2"] | None = None,
-    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
-    discard_periods: int | None = None,
-    orbit_tolerance: float = 1e-6,
-) -> RmsePrediction:
-    """Predict bias, CRLB and RMSE of ``estimators`` for each candidate excitation.
+_PREDICTIONS: dict = {}
 
-    Candidate ``b`` is ``excitation`` with scale ``scales[b]`` and joint amplitudes multiplied by
-    ``joint_gains[b]`` (default ``(1, 1)``). One compiled ``vmap`` over the candidates (memory:
-    one simulated record of ``T/Δ`` samples and one period of tangents per candidate).
-    ``discard_periods`` defaults to ``transient_periods`` of the linearisation (add more if the
-    nonlinear transient is slower; infeasible candidates are flagged, not hidden).
-    Raises ``ValueError`` for an unknown estimator name.
-    """
-    unknowns = validate_unknowns(unknowns)
-    estimators = tuple(estimators)
-    classes = [estimator_class(name) for name in estimators]  # raises with the available names
-    scales = jnp.atleast_1d(jnp.asarray(scales, dtype=float))
-    gains = jnp.ones((scales.shape[0], 2)) if joint_gains is None else jnp.asarray(joint_gains, dtype=float)
-    if gains.shape != (scales.shape[0], 2):
-        raise ValueError(f"joint_gains must have shape ({scales.shape[0]}, 2), got {gains.shape}.")
-    if discard_periods is None:
-        discard_periods = transient_periods(arm, excitation, q0)
-    truth = arm.parameter_vector(unknowns)
+
+def _batched_prediction(
+    unknowns, estimators, noise_std, measured_periods, sample_step, q0, discard_periods, orbit_tolerance
+):
+    """``jit(vmap)`` of one candidate's prediction over ``(scale, gain)``, built once per static
+    design (a new closure per call would be traced and compiled again every call)."""
+    key = (unknowns, estimators, noise_std, measured_periods, sample_step, q0, discard_periods, orbit_tolerance)
+    if key in _PREDICTIONS:
+        return _PREDICTIONS[key]
+    classes = [estimator_class(name) for name in estimators]
     q0 = jnp.asarray(q0, dtype=float)
-    # The nonlinear fit's last-resort start is the nominal's values: make them wrong (+10 %) so
-    # the feasibility check does not start at the truth.
-    guess = arm.with_parameters(unknowns, truth * 1.1)
 
-    def one(scale, gain):
+    def one(arm, excitation, scale, gain):
+        truth = arm.parameter_vector(unknowns)
+        # The nonlinear fit's last-resort start is the nominal's values: make them wrong (+10 %)
+        # so the feasibility check does not start at the truth.
+        guess = arm.with_parameters(unknowns, truth * 1.1)
         ex = _with_gains(excitation, scale, gain)
         rec = simulate(arm, ex, q0=q0, sample_step=sample_step, discard_periods=discard_periods)
         orbit = periodic_steady_state(arm, ex, q0=q0, sample_step=sample_step)
@@ -146,7 +125,48 @@ def predict_rmse(
         rmse = jnp.where(ok[:, None], jnp.sqrt(bias**2 + std**2), jnp.inf)
         return bias, std, rmse, ok, orbit_error
 
-    bias, std, rmse, ok, orbit_error = jax.jit(jax.vmap(one))(scales, gains)
+    _PREDICTIONS[key] = jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0)))
+    return _PREDICTIONS[key]
+
+
+def predict_rmse(
+    arm: TwoLinkArm,
+    excitation: Multisine,
+    scales: Float[ArrayLike, " B"],
+    *,
+    unknowns: Sequence[str] = ("m1", "m2", "fv1", "fv2"),
+    noise_std: float,
+    measured_periods: int = 1,
+    sample_step: float = 0.01,
+    estimators: Sequence[str] = ("equation_error", "ml", NONLINEAR),
+    joint_gains: Float[ArrayLike, "B 2"] | None = None,
+    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
+    discard_periods: int | None = None,
+    orbit_tolerance: float = 1e-6,
+) -> RmsePrediction:
+    """Predict bias, CRLB and RMSE of ``estimators`` for each candidate excitation.
+
+    Candidate ``b`` is ``excitation`` with scale ``scales[b]`` and joint amplitudes multiplied by
+    ``joint_gains[b]`` (default ``(1, 1)``). One compiled ``vmap`` over the candidates (memory:
+    one simulated record of ``T/Δ`` samples and one period of tangents per candidate).
+    ``discard_periods`` defaults to ``transient_periods`` of the linearisation (add more if the
+    nonlinear transient is slower; infeasible candidates are flagged, not hidden).
+    Raises ``ValueError`` for an unknown estimator name.
+    """
+    unknowns = validate_unknowns(unknowns)
+    estimators = tuple(estimators)
+    for name in estimators:
+        estimator_class(name)  # raises with the available names
+    scales = jnp.atleast_1d(jnp.asarray(scales, dtype=float))
+    gains = jnp.ones((scales.shape[0], 2)) if joint_gains is None else jnp.asarray(joint_gains, dtype=float)
+    if gains.shape != (scales.shape[0], 2):
+        raise ValueError(f"joint_gains must have shape ({scales.shape[0]}, 2), got {gains.shape}.")
+    if discard_periods is None:
+        discard_periods = transient_periods(arm, excitation, q0)
+    q0 = tuple(float(x) for x in np.asarray(q0, dtype=float).reshape(2))
+    key = (unknowns, estimators, float(noise_std), int(measured_periods), float(sample_step), q0)
+    key += (int(discard_periods), float(orbit_tolerance))
+    bias, std, rmse, ok, orbit_error = _batched_prediction(*key)(arm, excitation, scales, gains)
     return RmsePrediction(bias, std, rmse, ok, orbit_error, estimators)
 
 
