@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _mujoco_api import dense_inertia, mujoco
 
 import jaxid
 from jaxid.linearisation import corrected_point_mass_state_matrices, paper_state_matrices
@@ -287,17 +288,15 @@ def _mujoco_arm(name):
 
 @pytest.mark.parametrize("name", ["point_mass", "table1"])
 def test_mass_matrix_and_bias_match_mujoco(name):
-    mujoco = pytest.importorskip("mujoco")
     arm = _mujoco_arm(name)
     model = mujoco.MjModel.from_xml_string(_mjcf(arm))
     data = mujoco.MjData(model)
     rng = np.random.default_rng(3)
-    full = np.zeros((2, 2))
     for _ in range(10):
         q, qd = rng.uniform(-3, 3, 2), rng.uniform(-3, 3, 2)
         data.qpos[:], data.qvel[:] = q, qd
         mujoco.mj_forward(model, data)
-        mujoco.mj_fullM(model, data, full)  # MuJoCo 4 signature (m, d, dst)
+        full = dense_inertia(model, data)
         np.testing.assert_allclose(jaxid.mass_matrix(arm, q), full, rtol=1e-12, atol=1e-12)
         bias = jaxid.coriolis_forces(arm, q, qd) + jaxid.gravity_torque(arm, q)
         np.testing.assert_allclose(bias, data.qfrc_bias, rtol=1e-11, atol=1e-11)
@@ -313,7 +312,6 @@ def test_simulation_matches_mujoco():
     agree to round-off (measured 3e-15 rad over 4 s; holding ``ctrl`` over each step instead
     gives 7e-3 rad).
     """
-    mujoco = pytest.importorskip("mujoco")
     arm = _mujoco_arm("table1")
     ex = jaxid.table2(lines="split", fundamental=2 * np.pi * 0.25)  # T = 4 s
     y0 = np.array([0.4, -0.3, 0.0, 0.5])
@@ -337,3 +335,23 @@ def test_simulation_matches_mujoco():
         mujoco.set_mjcb_control(None)
     np.testing.assert_allclose(np.asarray(data.time), 4.0, rtol=1e-12)
     np.testing.assert_allclose(rec.q, q, rtol=0, atol=1e-12)
+
+
+def test_mujoco_in_the_pinned_range_with_the_signatures_used():
+    """The installed MuJoCo satisfies the test extra's pin, and each call the tests make has the
+    parameters they pass (read from the binding's signature line, e.g. ``mj_mulM(m: ..., d: ...)``)."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from _mujoco_api import SIGNATURES
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    pins = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["test"]]
+    (pin,) = [r for r in pins if r.name == "mujoco"]
+    assert pin.specifier.contains(mujoco.__version__), (mujoco.__version__, str(pin.specifier))
+    for name, leading in SIGNATURES.items():
+        first = getattr(mujoco, name).__doc__.splitlines()[0]
+        params = re.findall(r"(\w+):", first[first.index("(") :])
+        assert tuple(params[: len(leading)]) == leading, (name, first)

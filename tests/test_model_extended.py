@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _mujoco_api import dense_inertia, mujoco
 
 import jaxid
 from jaxid.model import DOUBLE_PENDULUM_PARAMETERS, REGRESSOR_PARAMETERS, STANDARD_NAMES
@@ -237,19 +238,17 @@ def test_rotor_inertia_and_damping_match_mujoco_armature():
     """MuJoCo's ``armature`` is the diagonal reflected inertia, ``(gr² + 1) Ir`` and ``gr² Ir``.
     The lab model's off-diagonal ``−gr Ir`` (joint 2's rotor turning with link 1) has no MuJoCo
     counterpart: it is checked by the Lagrangian above and subtracted here."""
-    mujoco = pytest.importorskip("mujoco")
     arm = _extended_arm(np.random.default_rng(5), torque_offset=(0.0, 0.0))
     model = mujoco.MjModel.from_xml_string(_mjcf(arm, slope_free_coulomb=False))
     data = mujoco.MjData(model)
     off = -float(arm.gear_ratio * arm.rotor_inertia)
     rng = np.random.default_rng(6)
-    full = np.zeros((2, 2))
     rigid = arm.replace(coulomb=(0.0, 0.0), active_terms=("rotor",))
     for _ in range(10):
         q, qd, ctrl = rng.uniform(-3, 3, 2), rng.uniform(-3, 3, 2), rng.uniform(-2, 2, 2)
         data.qpos[:], data.qvel[:], data.ctrl[:] = q, qd, ctrl
         mujoco.mj_forward(model, data)
-        mujoco.mj_fullM(model, data, full)
+        full = dense_inertia(model, data)
         ours = np.asarray(jaxid.mass_matrix(arm, q))
         np.testing.assert_allclose(ours - off * (1 - np.eye(2)), full, rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(-arm.friction * qd, data.qfrc_passive, rtol=1e-12, atol=1e-13)
@@ -267,7 +266,6 @@ def test_coulomb_friction_matches_mujoco_frictionloss_when_sliding(slope):
     acceleration) MuJoCo's force saturates at ``−fc sign(q')``; ours is
     ``−fc (2/π) atan(slope q')``, which differs by at most ``fc · 2 / (π slope |q'|)`` (0.3 % at
     ``slope = 100``, ``|q'| ≥ 2``; 1e-7 at ``slope = 1e7``)."""
-    mujoco = pytest.importorskip("mujoco")
     arm = _extended_arm(np.random.default_rng(7), torque_offset=(0.0, 0.0), coulomb_slope=slope)
     model = mujoco.MjModel.from_xml_string(_mjcf(arm, slope_free_coulomb=True))
     data = mujoco.MjData(model)
