@@ -147,6 +147,24 @@ class Record(eqx.Module):
     period: float = eqx.field(static=True)
     measured_periods: int = eqx.field(static=True)
 
+    def __check_init__(self) -> None:
+        # Shapes always (also under jit/vmap); the time grid only for concrete values. The angles
+        # are not checked for NaN: a diverged simulation is a status, not an error.
+        for name in ("sample_step", "period"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (hasattr(value, "__float__") and 0 < float(value) < float("inf")):
+                raise ValueError(f"Record.{name} must be a positive finite number of seconds, got {value!r}.")
+        periods = self.measured_periods
+        if isinstance(periods, bool) or not (hasattr(periods, "__index__") and periods >= 1):
+            raise ValueError(f"Record.measured_periods must be a positive integer, got {self.measured_periods!r}.")
+        q, tau, t = self.q.shape, self.tau.shape, self.t.shape
+        if q[-1:] != (2,) or tau != q or t != q[:-1]:
+            raise ValueError(
+                f"Record: q and tau must have shape (..., M, 2) (one column per joint) and t (..., M), "
+                f"got t {t}, tau {tau}, q {q}."
+            )
+        _check_time_step("Record", self.t, self.sample_step)
+
     @property
     def samples_per_period(self) -> int:
         return steps_per_period(self.period, self.sample_step)
@@ -231,8 +249,15 @@ def check_samples(who: str, t, sample_step: float, **arrays) -> None:
                 f"per joint), got {np.shape(value)}."
             )
     check_finite(who, t=t, **arrays)
-    if _concrete(t) and shape[0] > 1:
-        steps = np.diff(np.asarray(t, dtype=float))
+    _check_time_step(who, t, sample_step)
+
+
+def _check_time_step(who: str, t, sample_step: float) -> None:
+    """For a concrete time vector (last axis), ``t[k+1] - t[k] = sample_step`` to 1e-6 of a step."""
+    import numpy as np
+
+    if _concrete(t) and np.shape(t)[-1:] > (1,):
+        steps = np.diff(np.asarray(t, dtype=float), axis=-1).reshape(-1)
         tol = 1e-6 * sample_step + 1e-12 * float(np.max(np.abs(np.asarray(t))))
         bad = np.abs(steps - sample_step) > tol
         if bad.any():

@@ -344,6 +344,19 @@ def _log(n=50, step=0.01, **changes):
     return jaxid.MeasuredLog(**fields, source="log.csv", sample_step=step, columns=("a", "b", "c", "d"), raw_samples=n)
 
 
+def _record(m=40, step=0.5, **changes):
+    fields = dict(t=step * jnp.arange(m), tau=jnp.zeros((m, 2)), q=jnp.zeros((m, 2)))
+    fields.update(changes)
+    return jaxid.Record(
+        **fields,
+        status=jnp.int32(0),
+        steady_change=jnp.zeros(()),
+        sample_step=step,
+        period=m * step,
+        measured_periods=1,
+    )
+
+
 def _nan_at(shape, index):
     x = np.zeros(shape)
     x[index] = np.nan
@@ -473,6 +486,25 @@ LIBRARY_CASES = [
     ),
     ("log time 2-d", lambda arm: _log(t=jnp.zeros((50, 1))), ValueError, r"MeasuredLog\.t must be one time vector"),
     ("log step", lambda arm: _log(step=0.0), ValueError, r"MeasuredLog\.sample_step must be a positive finite"),
+    (
+        "record joint count",
+        lambda arm: _record(q=jnp.zeros((40, 3))),
+        ValueError,
+        r"Record: q and tau must have shape \(\.\.\., M, 2\)",
+    ),
+    (
+        "record length mismatch",
+        lambda arm: _record(tau=jnp.zeros((39, 2))),
+        ValueError,
+        r"Record: q and tau must have shape.*tau \(39, 2\)",
+    ),
+    (
+        "record time vs step",
+        lambda arm: _record(t=0.25 * jnp.arange(40)),
+        ValueError,
+        r"Record\.t steps by 0\.25 s at index 0, not sample_step = 0\.5 s",
+    ),
+    ("record step", lambda arm: _record(step=-0.5), ValueError, r"Record\.sample_step must be a positive finite"),
     (
         "fit cutoff inf",
         lambda arm: parse_fit_config(_fit_raw(filter={"cutoff_hz": math.inf})),

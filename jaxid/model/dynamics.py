@@ -138,9 +138,10 @@ def regressor(
     def tau_of(theta: Array) -> Array:
         return inverse_dynamics(arm.with_parameters(unknowns, theta), q, qd, qdd)
 
-    tau_known = tau_of(zero)
-    # The map is affine in theta, so one forward-mode Jacobian is exact.
-    y = jax.jacfwd(tau_of)(zero)
+    # The map is affine in theta, so one forward-mode Jacobian is exact; the torque at theta = 0
+    # comes out of the same pass (traced: an arm with the unknowns at zero, e.g. massless, is a
+    # point of the affine map, not a physical arm, so the arm's value checks do not apply).
+    y, tau_known = jax.jacfwd(lambda theta: (tau_of(theta),) * 2, has_aux=True)(zero)
     return jnp.broadcast_to(y, (*batch, n, len(unknowns))), jnp.broadcast_to(tau_known, (*batch, n))
 
 
