@@ -319,8 +319,9 @@ def _run(exp: Experiment, plans: list, out: Path, digest: str, manifest_path: Pa
             if bar:
                 bar.update(1)
         if extras_missing:
-            _, rec0 = cache.get(exp, plan, np.arange(1))
-            write_setting_extras(exp, plan, out, jax.tree.map(lambda x: x[0], rec0))
+            _, rec0 = cache.get(exp, plan, np.arange(1))  # every process (a sharded simulation)
+            if is_writer():  # only process 0 writes the extras: the others skip computing them
+                write_setting_extras(exp, plan, out, jax.tree.map(lambda x: x[0], rec0))
     if bar:
         bar.close()
     sync("jaxid-done")
