@@ -29,7 +29,16 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .excitation import Multisine
 
-__all__ = ["rk4_step", "torque_grid", "applied_offset", "sincos", "RK4", "RK4_TABLEAU"]
+__all__ = [
+    "rk4_step",
+    "torque_grid",
+    "applied_offset",
+    "sincos",
+    "sincos_parts",
+    "sincos_quadrant",
+    "RK4",
+    "RK4_TABLEAU",
+]
 
 
 def rk4_step(rates: Callable, y, stage_torques: Float[Array, "3 2"], h: float):
@@ -135,14 +144,14 @@ def _horner(z: Array, coeffs: tuple[float, ...]) -> Array:
 
 
 @jax.custom_jvp
-def sincos(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, "*s"]]:
-    """``(sin x, cos x)`` sharing one range reduction; within 1 ulp of libm for ``|x| < 1e6``.
+def sincos_parts(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, "*s"], Float[Array, "*s"]]:
+    """The two halves of ``sincos`` apart: ``(s, c, k)`` with ``r = x − k π/2 ∈ [-π/4, π/4]``,
+    ``s ≈ sin r``, ``c ≈ cos r`` (the kernel polynomials) and ``k`` the quadrant count (float).
 
-    Cody–Waite reduction to ``r ∈ [-π/4, π/4]`` and fdlibm's kernel polynomials, in float64 (the
-    split of π/2 assumes float64; in float32 the reduction loses accuracy — the simulator refuses
-    float32). Accuracy degrades for ``|x| ≳ 1.6e6`` (states that large are flagged ``DIVERGED``
-    anyway); non-finite ``x`` gives NaN. Plain elementwise arithmetic, so XLA vectorises it.
-    Differentiable (custom JVP ``d sin = cos dx``).
+    ``sincos_quadrant(s, c, k)`` turns them into ``(sin x, cos x)`` (swaps and sign flips only,
+    exact). The fast simulator materialises the three parts once per RK4 stage (behind a
+    ``lax.cond``) and leaves the cheap quadrant step to XLA's fusion. Differentiable
+    (``ds = c dx``, ``dc = −s dx``, ``dk = 0``).
     """
     x = jnp.asarray(x)
     k = jnp.round(x * _TWO_OVER_PI)
@@ -152,10 +161,35 @@ def sincos(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, 
     hz = 0.5 * z
     w = 1.0 - hz
     c = w + (((1.0 - w) - hz) + z * z * _horner(z, _COS_COEFFS))
-    quadrant = jnp.mod(k, 4.0)
-    sin = jnp.where(quadrant == 0, s, jnp.where(quadrant == 1, c, jnp.where(quadrant == 2, -s, -c)))
-    cos = jnp.where(quadrant == 0, c, jnp.where(quadrant == 1, -s, jnp.where(quadrant == 2, -c, s)))
-    return sin, cos
+    return s, c, k
+
+
+@sincos_parts.defjvp
+def _sincos_parts_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    s, c, k = sincos_parts(x)
+    return (s, c, k), (c * dx, -s * dx, jnp.zeros_like(k))
+
+
+def sincos_quadrant(s: Array, c: Array, k: Array) -> tuple[Array, Array]:
+    """``(sin x, cos x)`` from ``sincos_parts(x)``: the quadrant ``k mod 4`` swaps and negates."""
+    quadrant = k.astype(jnp.int32)  # two's complement: ``& 3`` is ``k mod 4`` for negative k too
+    odd = (quadrant & 1) == 1
+    sin, cos = jnp.where(odd, c, s), jnp.where(odd, s, c)
+    return jnp.where((quadrant & 2) != 0, -sin, sin), jnp.where(((quadrant + 1) & 2) != 0, -cos, cos)
+
+
+@jax.custom_jvp
+def sincos(x: Float[ArrayLike, "*s"]) -> tuple[Float[Array, "*s"], Float[Array, "*s"]]:
+    """``(sin x, cos x)`` sharing one range reduction; within 1 ulp of libm for ``|x| < 1e6``.
+
+    Cody–Waite reduction to ``r ∈ [-π/4, π/4]`` and fdlibm's kernel polynomials, in float64 (the
+    split of π/2 assumes float64; in float32 the reduction loses accuracy — the simulator refuses
+    float32). Accuracy degrades for ``|x| ≳ 1.6e6`` (states that large are flagged ``DIVERGED``
+    anyway); non-finite ``x`` gives NaN. Plain elementwise arithmetic, so XLA vectorises it.
+    Differentiable (custom JVP ``d sin = cos dx``). ``sincos_quadrant(*sincos_parts(x))``.
+    """
+    return sincos_quadrant(*sincos_parts(x))
 
 
 @sincos.defjvp

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .excitation import Multisine
-from .integrate import RK4, rk4_step, sincos, torque_grid
+from .integrate import RK4, rk4_step, sincos_parts, sincos_quadrant, torque_grid
 from .linalg import inverse_2x2, solve_2x2
 from .linearisation import LinearArm, linearise
 from .model import TwoLinkArm, forward_dynamics, holding_torque
@@ -78,29 +78,37 @@ _TERM = diffrax.ODETerm(_vector_field)
 # -- fast RK4 ------------------------------------------------------------------------------------
 
 
-def _sincos_pair(q: tuple[Array, Array]) -> tuple[Array, Array, Array, Array]:
-    s1, c1 = sincos(q[0])
-    s2, c2 = sincos(q[1])
-    return s1, c1, s2, c2
+def _trig_parts(q1: Array, q2: Array) -> tuple[Array, ...]:
+    # Both angles' range reduction and kernel polynomials (the quadrant step is left to the caller).
+    return sincos_parts(q1) + sincos_parts(q2)
 
 
 def _nonlinear_rates(arm: TwoLinkArm):
     """``f(y, tau, pred)`` by the model's ``forward_dynamics``; ``y = (q1, q2, q1', q2')``.
 
-    ``pred`` is an unbatched boolean that is always true but unknown to XLA: the trigonometry
-    sits behind ``lax.cond(pred, …)`` so XLA materialises it once instead of fusing a copy into
-    each consumer.
+    ``pred`` is an unbatched boolean that is always true but unknown to XLA. Two ``lax.cond(pred,
+    …)`` make XLA materialise what it would otherwise recompute in every consumer (XLA:CPU's
+    fusion duplicates elementwise producers into each fused consumer): the sine/cosine kernel
+    polynomials of the stage (``sincos_parts``; only the cheap quadrant step is fused into the
+    dynamics), and the two accelerations (otherwise the whole dynamics is re-evaluated inside each
+    RK4 stage update and again in the final combination). Measured: ~1.5-2.5x faster per step than
+    one ``lax.cond`` around ``sincos`` alone.
     """
 
-    def rates(y, tau, pred):
+    def trig(q, pred):
+        s1, c1, k1, s2, c2, k2 = jax.lax.cond(pred, _trig_parts, _trig_parts, q[..., 0], q[..., 1])
+        (s1, c1), (s2, c2) = sincos_quadrant(s1, c1, k1), sincos_quadrant(s2, c2, k2)
+        return jnp.stack([s1, s2], -1), jnp.stack([c1, c2], -1)
+
+    def accelerations(y, tau, pred):
         q1, q2, v1, v2 = y
+        q, qd = jnp.stack([q1, q2], -1), jnp.stack([v1, v2], -1)
+        acc = forward_dynamics(arm, q, qd, tau, sincos=lambda q: trig(q, pred))
+        return acc[..., 0], acc[..., 1]
 
-        def trig(q):
-            s1, c1, s2, c2 = jax.lax.cond(pred, _sincos_pair, _sincos_pair, (q[..., 0], q[..., 1]))
-            return jnp.stack([s1, s2], -1), jnp.stack([c1, c2], -1)
-
-        acc = forward_dynamics(arm, jnp.stack([q1, q2], -1), jnp.stack([v1, v2], -1), tau, sincos=trig)
-        return v1, v2, acc[..., 0], acc[..., 1]
+    def rates(y, tau, pred):
+        a1, a2 = jax.lax.cond(pred, accelerations, accelerations, y, tau, pred)
+        return y[2], y[3], a1, a2
 
     return rates
 
@@ -295,9 +303,13 @@ def trajectory(
 
             fixed = diffrax.Tsit5()
         boundaries, q = _fixed(fixed, system, torque_at, y0, h, substeps, n_per, discard_periods, measured_periods)
-    # The applied torque on the sampling grid: the unit multisine does not depend on the trial
-    # (unbatched under vmap), only its scale and offset do.
-    tau = offset + excitation.scale * excitation.replace(scale=1.0).torque(t_meas)
+    # The applied torque on the sampling grid. The multisine has period T, so the unit multisine is
+    # evaluated on one period's grid n Δ and repeated: it depends neither on the trial nor on its
+    # (traced) number of discarded periods, so under vmap it is computed once per batch (evaluated at
+    # D T + n Δ per trial it cost several times the integration itself). These are the torques the
+    # fixed-step paths apply at the samples (bit for bit the torque_grid rows when substeps = 1).
+    unit = excitation.replace(scale=1.0).torque(jnp.arange(n_per) * sample_step)
+    tau = offset + excitation.scale * jnp.tile(unit, (measured_periods, 1))
     return Record(
         t_meas,
         tau,
@@ -318,14 +330,15 @@ def _change(boundaries):
 
 
 def _status(boundaries, q, max_steps_hit, steady_tolerance):
-    finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(boundaries))
-    runaway = jnp.any(jnp.abs(boundaries) > RUNAWAY) | jnp.any(jnp.abs(q) > RUNAWAY)
+    # One max-abs reduction per array: NaN propagates through the max and fails the comparison, as
+    # does inf (two reductions per array over a record cost a sizeable share of a short simulation).
+    bounded = (jnp.max(jnp.abs(q)) <= RUNAWAY) & (jnp.max(jnp.abs(boundaries)) <= RUNAWAY)
     # A solver that gave up leaves non-finite samples behind: report why, not the symptom.
     status = jnp.where(
         max_steps_hit,
         Status.MAX_STEPS,
         jnp.where(
-            ~finite | runaway,
+            ~bounded,
             Status.DIVERGED,
             jnp.where(_change(boundaries) > steady_tolerance, Status.NOT_STEADY, Status.SUCCESS),
         ),

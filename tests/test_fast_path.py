@@ -1,0 +1,109 @@
+"""The fast RK4 path of ``simulate_batch`` against independent answers.
+
+- the split ``sincos`` (``sincos_parts`` + ``sincos_quadrant``) against an independently written
+  quadrant rule (``np.choose`` on ``k mod 4``) and against numpy's ``sin``/``cos``;
+- the fast path against the tight adaptive reference (≤ 1e-7 rad, the accuracy it is sold with)
+  and against the diffrax RK4 path (the same discrete dynamics through diffrax's ``solver.step``:
+  equal to rounding, far below the 1e-8 discretisation error that a different step would show);
+- the recorded torque: the torque the integrator applied (``torque_grid`` rows, bit for bit), equal
+  to the analytic multisine at the record's times, whatever the trial's number of discarded periods.
+
+The workload is the benchmark's: the point-mass arm under the Table 2 multisine (T = 100 s),
+Δ = 0.01 s, float64, masses spread so the trials differ.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxid
+from jaxid.integrate import sincos, sincos_parts, sincos_quadrant, torque_grid
+from jaxid.model import holding_torque
+
+STEP = 0.01
+
+
+def test_sincos_quadrant_step_matches_an_independent_rule_and_numpy():
+    quarter = np.pi / 4 * np.arange(-400, 401)
+    x = np.concatenate(
+        [np.linspace(-60.0, 60.0, 120_001), quarter, np.nextafter(quarter, np.inf), np.nextafter(quarter, -np.inf)]
+    )
+    s, c, k = (np.asarray(a) for a in sincos_parts(jnp.asarray(x)))
+    quadrant = np.mod(k, 4).astype(int)  # floor mod: 0 … 3 for negative k too
+    sin, cos = (np.asarray(a) for a in sincos(jnp.asarray(x)))
+    np.testing.assert_array_equal(sin, np.choose(quadrant, [s, c, -s, -c]))
+    np.testing.assert_array_equal(cos, np.choose(quadrant, [c, -s, -c, s]))
+    assert np.max(np.abs(sin - np.sin(x))) <= 2.3e-16
+    assert np.max(np.abs(cos - np.cos(x))) <= 2.3e-16
+    # Non-finite input gives NaN, never a finite value from a garbage quadrant.
+    bad = jnp.asarray([np.nan, np.inf, -np.inf])
+    assert np.all(np.isnan(np.asarray(sincos(bad))))
+
+
+def test_split_sincos_derivative_is_cos_and_minus_sin():
+    x = jnp.linspace(-20.0, 20.0, 4001)
+
+    def split(x):
+        return sincos_quadrant(*sincos_parts(x))
+
+    _, (ds, dc) = jax.jvp(split, (x,), (jnp.ones_like(x),))
+    np.testing.assert_allclose(ds, np.cos(np.asarray(x)), rtol=0, atol=5e-16)
+    np.testing.assert_allclose(dc, -np.sin(np.asarray(x)), rtol=0, atol=5e-16)
+
+
+@pytest.fixture(scope="module")
+def setting():
+    excitation = jaxid.table2("same", scale=1.0)
+    masses = np.array([5.0, 1.5]) * np.array([[0.9, 1.08], [1.1, 0.93], [1.0, 1.0]])
+    arms = jax.vmap(lambda m: jaxid.point_mass(masses=m))(jnp.asarray(masses))
+    return arms, excitation
+
+
+@pytest.fixture(scope="module")
+def fast(setting):
+    arms, excitation = setting
+    return jaxid.simulate_batch(arms, excitation, sample_step=STEP, discard_periods=np.array([1, 2, 1]))
+
+
+def test_fast_path_is_within_1e_7_rad_of_the_tight_reference(setting, fast):
+    arms, excitation = setting
+    ref = jaxid.simulate_batch(
+        arms,
+        excitation,
+        solver="adaptive",
+        rtol=1e-10,
+        atol=1e-12,
+        sample_step=STEP,
+        discard_periods=np.array([1, 2, 1]),
+    )
+    assert np.all(np.asarray(fast.status) == jaxid.SUCCESS)
+    assert np.all(np.asarray(ref.status) == jaxid.SUCCESS)
+    error = np.max(np.abs(np.asarray(fast.q) - np.asarray(ref.q)))
+    assert error <= 1e-7
+    # The error is RK4's at this step, not zero: the comparison can tell the two paths apart.
+    assert error > 1e-11
+
+
+def test_fast_path_equals_the_diffrax_rk4_path(setting, fast):
+    arms, excitation = setting
+    other = jaxid.simulate_batch(
+        arms, excitation, solver="diffrax-rk4", sample_step=STEP, discard_periods=np.array([1, 2, 1])
+    )
+    np.testing.assert_allclose(np.asarray(fast.q), np.asarray(other.q), rtol=0, atol=1e-11)
+    np.testing.assert_array_equal(np.asarray(fast.tau), np.asarray(other.tau))
+
+
+def test_recorded_torque_is_the_applied_torque(setting, fast):
+    arms, excitation = setting
+    n = int(round(excitation.period / STEP))
+    offset = np.asarray(holding_torque(arms, jnp.zeros(2)))  # (B, 2)
+    grid = np.asarray(torque_grid(excitation, STEP, n))  # unit scale, (N, 3, 2)
+    scale = float(excitation.scale)
+    applied = offset[:, None, :] + scale * grid[None, :, 0, :]
+    np.testing.assert_array_equal(np.asarray(fast.tau), applied)
+    # The same torque as the analytic multisine at the record's own times (which differ by trial:
+    # one or two discarded periods), to the rounding of the cosines' arguments.
+    analytic = offset[:, None, :] + np.asarray(jax.vmap(excitation.torque)(fast.t))
+    np.testing.assert_allclose(np.asarray(fast.tau), analytic, rtol=0, atol=1e-11)
+    np.testing.assert_array_equal(np.asarray(fast.t[1, 0]), 2 * excitation.period)
