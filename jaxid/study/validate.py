@@ -3,9 +3,11 @@
 ``parse_experiment`` checks each key on its own (names, types, choices). ``validate_experiment``
 checks what needs the arm and the excitation: the parameter overrides against the arm's own
 rules (``TwoLinkArm`` construction), the support of every sampled parameter, that the sample
-step divides the period and samples every excited line below Nyquist, the noise level against
-the estimators that weight by it, and option combinations that would otherwise fail only when
-an estimator is traced. Every error is a one-line ``ConfigError`` naming the setting's key and
+step divides the period and samples every excited line below Nyquist, the noise level (at most
+π rad; not zero for the Kalman filters, whose measurement covariance is σ²), and option
+combinations that would otherwise fail only when an estimator is traced (the paper route on
+shared lines). What only an estimator's trace can find fails at its first chunk; if no chunk was
+written yet, ``run_study`` then removes the run directory it created. Every error is a one-line ``ConfigError`` naming the setting's key and
 what to change. ``run_study`` (and so ``run_experiment`` and ``jaxid run``) calls it first.
 """
 
