@@ -38,6 +38,7 @@ __all__ = [
     "resolve_unknowns",
     "linear_system",
     "parameter_values",
+    "affine_impedance",
     "impedance_model",
     "is_affine",
 ]
@@ -280,12 +281,31 @@ def impedance_model(
     if not is_affine(unknowns):
         return full
 
+    z0, zi = affine_impedance(nominal, unknowns, omega, q0)
+    return lambda theta: z0 + zi @ theta.astype(zi.dtype)
+
+
+def affine_impedance(
+    nominal: TwoLinkArm,
+    unknowns: Sequence[str],
+    omega: Float[ArrayLike, " L"],
+    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+) -> tuple[Array, Array]:
+    """``(Z0, Zθ)`` with ``Z(ω_k; θ) = Z0 + Zθ @ θ`` exactly, shapes ``(L, 2, 2)`` and
+    ``(L, 2, 2, p)`` complex, for unknowns the impedance is affine in (``is_affine``; raises
+    ``ValueError`` otherwise). ``Zθ`` is the Jacobian (forward mode, exact) at the nominal values,
+    which are also the expansion point of ``Z0`` (an arm with zero masses is never built)."""
+    unknowns, _ = resolve_unknowns(unknowns)
+    if not is_affine(unknowns):
+        raise ValueError(f"The impedance is not affine in {list(unknowns)}; use impedance_model.")
+    omega = jnp.asarray(omega)
+    q0 = jnp.asarray(q0, dtype=float)
+
     def split(theta):
-        z = full(theta)
+        z = linear_system(nominal, unknowns, theta, q0).impedance(omega)
         return jnp.stack([jnp.real(z), jnp.imag(z)])
 
-    zero = jnp.zeros(len(unknowns))
-    z0 = full(zero)
-    jac = jax.jacfwd(split)(zero)  # (2, L, 2, 2, p), exact for an affine map
-    zi = jac[0] + 1j * jac[1]
-    return lambda theta: z0 + zi @ theta.astype(zi.dtype)
+    theta_n = parameter_values(nominal, unknowns, q0)
+    z_n, jac = split(theta_n), jax.jacfwd(split)(theta_n)
+    zi = jac[0] + 1j * jac[1]  # (L, 2, 2, p), exact for an affine map
+    return z_n[0] + 1j * z_n[1] - zi @ theta_n.astype(zi.dtype), zi

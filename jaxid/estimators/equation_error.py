@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
 from ..linalg import RCOND, lstsq
+from ..linearisation import affine_impedance
 from ..model import LINEAR_PARAMETERS, TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients, line_noise_variance
@@ -30,7 +30,6 @@ from .base import (
     CONVERGED,
     SINGULAR,
     Estimate,
-    linear_system,
     register,
     resolve_unknowns,
 )
@@ -105,29 +104,27 @@ def equation_error_fit(
     Status ``SINGULAR`` if the stacked regressor is rank-deficient or not finite.
     """
     unknowns, _ = _check_linear(unknowns, "Equation error")
-    omega = jnp.asarray(spectrum.omega)
-    q0 = jnp.asarray(q0, dtype=float)
+    p = len(unknowns)
+    z0, zi = affine_impedance(nominal, unknowns, spectrum.omega, q0)  # Z(θ) = z0 + zi @ θ
 
-    def residual(theta):
-        z = linear_system(nominal, unknowns, theta, q0).impedance(omega)  # (L, 2, 2)
-        e = jnp.einsum("kij,kj->ki", z, spectrum.Q) - spectrum.U
-        return jnp.concatenate([jnp.real(e), jnp.imag(e)], axis=1).reshape(-1)  # (4L,)
-
-    zero = jnp.zeros(len(unknowns))
-    r0 = residual(zero)
-    a = jax.jacfwd(residual)(zero)  # exact: the residual is affine in theta
-    theta, pinv, singular = solve_least_squares(a, -r0)
+    # Rows (Re, Im) × joint per line of Z(θ) Q̂ − U = A θ − b. The 2×2 products are written as
+    # broadcast sums (elementwise under vmap, no batched dot of tiny blocks).
+    a = jnp.sum(zi * spectrum.Q[:, None, :, None], axis=2)  # (L, 2, p): Z_i Q̂
+    b = spectrum.U - jnp.sum(z0 * spectrum.Q[:, None, :], axis=2)  # (L, 2)
+    a = jnp.concatenate([jnp.real(a), jnp.imag(a)], axis=1).reshape(-1, p)  # (4L, p)
+    b = jnp.concatenate([jnp.real(b), jnp.imag(b)], axis=1).reshape(-1)
+    theta, pinv, singular = solve_least_squares(a, b)
 
     # Sandwich covariance: e_k = Z_k N_k with N_k = sqrt(v_k/2) (α + jβ), α, β ~ N(0, I).
     v = line_variance(spectrum, noise_std, weighting)
-    z = linear_system(nominal, unknowns, jnp.where(singular, zero, theta), q0).impedance(omega)
+    z = z0 + jnp.sum(zi * jnp.where(singular, 0.0, theta), axis=-1)
     zs = z * jnp.sqrt(v / 2)[:, None, :]
     g = jnp.concatenate(
         [jnp.concatenate([jnp.real(zs), -jnp.imag(zs)], axis=2), jnp.concatenate([jnp.imag(zs), jnp.real(zs)], axis=2)],
         axis=1,
     )  # (L, 4, 4): rows (Re e, Im e), columns (α, β)
-    m = jnp.einsum("pkr,krc->kpc", pinv.reshape(len(unknowns), -1, 4), g)
-    cov = jnp.einsum("kpc,kqc->pq", m, m)
+    m = jnp.sum(pinv.reshape(p, -1, 4)[..., None] * g, axis=2)  # (p, L, 4)
+    cov = jnp.sum(m[:, None] * m[None, :], axis=(2, 3))
     status = jnp.where(singular | ~jnp.all(jnp.isfinite(theta)), SINGULAR, CONVERGED).astype(jnp.int32)
     return Estimate(theta, cov, status, unknowns)
 

@@ -8,7 +8,12 @@ constant, the weighted output error
     V(θ) = Σ_k Σ_j |Q̂_kj − (H(ω_k; θ) U_k)_j|² / v_kj,      H = (K0 − ω² D0 + jω Fv)⁻¹,
 
 minimised here by Levenberg–Marquardt (``optimistix.LevenbergMarquardt``) started from the
-equation-error estimate (or the nominal values). The covariance is the inverse Gauss–Newton
+equation-error estimate (or the nominal values). ``solver="gauss_newton"`` takes undamped
+Gauss–Newton steps instead; where ``Z`` is affine in ``θ`` (masses, inertias, friction,
+unstructured entries) they are written out (``gauss_newton_affine``): ``Z = Z0 + Σ θ_i Z_i``,
+``∂r/∂θ_i = w H Z_i (H U)`` in closed form, the 2×2 products as broadcast sums and the p×p normal
+equations by Cholesky, which keeps a ``vmap``-ed batch of fits elementwise (an order of magnitude
+cheaper per trial than the generic optimiser on XLA CPU). The covariance is the inverse Gauss–Newton
 Hessian ``(JᵀJ)⁻¹`` of the whitened residual: the Cramér–Rao bound evaluated at the estimate. Unlike
 equation error the noisy ``Q̂`` is never inside the model, so there is no errors-in-variables
 bias; the estimator reaches the bound (tests check its Monte Carlo std against ``crlb``).
@@ -25,10 +30,12 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import optimistix as optx
+from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
 from ..excitation import Multisine
-from ..linalg import RCOND, SmallSolver
+from ..linalg import RCOND, SmallSolver, cholesky, is_singular_information, solve_triangular
+from ..linearisation import affine_impedance
 from ..model import TwoLinkArm
 from ..simulation import Record
 from ..spectrum import Spectrum, fourier_coefficients
@@ -49,7 +56,14 @@ from .base import (
 )
 from .equation_error import Weighting, equation_error_fit, line_variance
 
-__all__ = ["ml", "ml_fit", "output_error_residual", "gauss_newton_covariance", "levenberg_marquardt"]
+__all__ = [
+    "ml",
+    "ml_fit",
+    "output_error_residual",
+    "gauss_newton_covariance",
+    "levenberg_marquardt",
+    "gauss_newton_affine",
+]
 
 Start = Literal["equation_error", "nominal"]
 Solver = Literal["levenberg_marquardt", "gauss_newton"]
@@ -135,6 +149,89 @@ def levenberg_marquardt(
     return sol.value, status.astype(jnp.int32)
 
 
+def _matvec(a: Array, x: Array) -> Array:
+    """``a @ x`` over the trailing axes (``(..., m, n)`` by ``(..., n)``) as a broadcast product and
+    a sum: under ``vmap`` this stays elementwise (XLA fuses it), where a batched ``dot_general`` of
+    2×2 blocks costs far more per trial on XLA CPU."""
+    return jnp.sum(a * x[..., None, :], axis=-1)
+
+
+def _normal_equations(spectrum: Spectrum, weight: Array, z0: Array, zp: Array, theta: Array):
+    """``(JᵀJ, Jᵀr)`` of the whitened output error ``r`` (``output_error_residual``) at ``theta``
+    for ``Z(θ) = z0 + Σ_i θ_i zp[i]``: ``J_i = w H Z_i Y`` with ``H = Z⁻¹`` and ``Y = H U`` (exact).
+
+    ``zp`` is ``(p, L, 2, 2)``: the parameter axis leads, so the sums over lines and joints run
+    along contiguous memory (measured several times faster under ``vmap`` than ``(L, 2, 2, p)``).
+    """
+    h = inverse_2x2(z0 + jnp.sum(zp * theta[:, None, None, None], axis=0))  # (L, 2, 2)
+    y = _matvec(h, spectrum.U)  # (L, 2): the model's angle phasors
+    e = weight * (spectrum.Q - y)
+    j = weight * _matvec(h, _matvec(zp, y))  # (p, L, 2)
+    jr, ji = jnp.real(j), jnp.imag(j)
+    gram = jnp.sum(jr[:, None] * jr[None] + ji[:, None] * ji[None], axis=(-2, -1))
+    gradient = jnp.sum(jr * jnp.real(e) + ji * jnp.imag(e), axis=(-2, -1))
+    return gram, gradient
+
+
+def _scaled_cholesky(gram: Array) -> tuple[Array, Array]:
+    """``(L, d)`` with ``gram = D L Lᵀ D``, ``D = diag(d)``: Cholesky of the unit-diagonal scaling."""
+    d = jnp.sqrt(jnp.diag(gram))
+    d = jnp.where(d > 0, d, 1.0)
+    return cholesky(gram / d[:, None] / d[None, :]), d
+
+
+def gauss_newton_affine(
+    spectrum: Spectrum,
+    variance: Float[Array, "L 2"],
+    z0: Array,
+    zi: Array,
+    theta0: Float[Array, " p"],
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 100,
+) -> tuple[Array, Array, Array, Array]:
+    """Undamped Gauss–Newton on the whitened output error for an affine ``Z(θ) = z0 + zi @ θ``
+    (``linearisation.affine_impedance``), with the Jacobian in closed form.
+
+    Iterates ``θ ← θ − (JᵀJ)⁻¹ Jᵀr`` (scaled Cholesky) until a step satisfies
+    ``|Δθ_i| <= atol + rtol |θ_i|`` for every ``i`` (that last step is taken) or ``max_steps``
+    steps are spent. Returns ``(θ̂, covariance, status, steps)``: the covariance ``(JᵀJ)⁻¹`` is
+    evaluated at ``θ̂``; status ``CONVERGED``, ``MAX_ITERATIONS``, ``FAILED`` (non-finite) or
+    ``SINGULAR`` (``linalg.is_singular_information`` of ``JᵀJ`` at ``θ̂``); ``steps`` is the number
+    of steps taken. Under ``vmap`` the batch iterates until its slowest member stops, and a member
+    that has stopped keeps its value (so a trial's result does not depend on its batch).
+    """
+    weight = jnp.sqrt(2.0 / variance)
+    zp = jnp.moveaxis(zi, -1, 0)
+
+    def cond(carry):
+        _, done, steps = carry
+        return ~done & (steps < max_steps)
+
+    def body(carry):
+        theta, _, steps = carry
+        gram, gradient = _normal_equations(spectrum, weight, z0, zp, theta)
+        chol, d = _scaled_cholesky(gram)
+        step = -solve_triangular(chol.T, solve_triangular(chol, gradient / d, lower=True), lower=False) / d
+        new = theta + step
+        finite = jnp.all(jnp.isfinite(new))
+        done = jnp.all(jnp.abs(step) <= atol + rtol * jnp.abs(new)) | ~finite
+        return new, done, steps + 1
+
+    theta, done, steps = lax.while_loop(cond, body, (theta0, jnp.asarray(False), jnp.asarray(0, jnp.int32)))
+    gram, _ = _normal_equations(spectrum, weight, z0, zp, theta)
+    chol, d = _scaled_cholesky(gram)
+    chol_inv = solve_triangular(chol, jnp.eye(len(theta), dtype=gram.dtype), lower=True)
+    covariance = jnp.sum(chol_inv[:, :, None] * chol_inv[:, None, :], axis=0) / d[:, None] / d[None, :]
+    finite = jnp.all(jnp.isfinite(theta))
+    status = jnp.where(done, CONVERGED, MAX_ITERATIONS)
+    status = jnp.where(
+        finite, jnp.where((status == CONVERGED) & is_singular_information(gram), SINGULAR, status), FAILED
+    )
+    return theta, covariance, status.astype(jnp.int32), steps
+
+
 def ml_fit(
     spectrum: Spectrum,
     nominal: TwoLinkArm,
@@ -171,6 +268,12 @@ def ml_fit(
     else:
         ee = equation_error_fit(spectrum, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std, weighting=weighting)
         theta0 = jnp.where(ee.status == CONVERGED, ee.value, theta_nominal)
+    if solver == "gauss_newton" and is_affine(unknowns):
+        z0, zi = affine_impedance(nominal, unknowns, spectrum.omega, q0)
+        theta, cov, status, _ = gauss_newton_affine(
+            spectrum, variance, z0, zi, theta0, rtol=rtol, atol=atol, max_steps=max_steps
+        )
+        return Estimate(theta, cov, status, unknowns)
     theta, status = levenberg_marquardt(residual, theta0, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     cov, singular = gauss_newton_covariance(residual, theta)
     status = jnp.where((status == CONVERGED) & singular, SINGULAR, status).astype(jnp.int32)
