@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-def _noise(noise_std: float | Float[ArrayLike, " 2"], channels: int) -> Array:
+def _noise(noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"], channels: int) -> Array:
     std = jnp.asarray(noise_std, dtype=float)
     return jnp.broadcast_to(std, (channels,))
 
@@ -57,7 +57,7 @@ def fisher_information(
     response: Callable[[Array], Float[Array, "N c"]],
     theta: Float[ArrayLike, " p"],
     *,
-    noise_std: float | Float[ArrayLike, " c"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " c"],
     periods: int = 1,
 ) -> Float[Array, "p p"]:
     """Fisher information ``(P/σ²) JᵀJ`` of ``P`` periods of the sampled response.
@@ -83,7 +83,7 @@ def spectral_fisher_information(
     phasors: Callable[[Array], Complex[Array, "L c"]],
     theta: Float[ArrayLike, " p"],
     *,
-    noise_std: float | Float[ArrayLike, " c"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " c"],
     samples_per_period: int,
     periods: int = 1,
 ) -> Float[Array, "p p"]:
@@ -153,7 +153,7 @@ def linear_fisher_information(
     excitation: Multisine,
     unknowns: Sequence[str],
     *,
-    noise_std: float | Float[ArrayLike, " 2"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"],
     sample_step: float = 0.01,
     periods: int = 1,
     q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
@@ -177,7 +177,7 @@ def linear_crlb(
     excitation: Multisine,
     unknowns: Sequence[str],
     *,
-    noise_std: float | Float[ArrayLike, " 2"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"],
     sample_step: float = 0.01,
     periods: int = 1,
     q0: Float[ArrayLike, " 2"] = (0.0, 0.0),

@@ -22,7 +22,7 @@ from typing import Any
 import equinox.internal as eqxi
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 # lineax's helpers for flattening operator input/output structures (as its own solvers use them).
 from lineax._solver.misc import pack_structures, ravel_vector, transpose_packed_structures, unravel_solution
@@ -53,7 +53,7 @@ RCOND = 1e-7
 INFORMATION_RCOND = RCOND**2
 
 
-def solve_2x2(a: Array, b: Array) -> Array:
+def solve_2x2(a: ArrayLike, b: ArrayLike) -> Array:
     """``a⁻¹ b`` for ``a`` of shape ``(..., 2, 2)`` and ``b`` of shape ``(..., 2)``, by Cramer's rule.
 
     ``x1 = (a11 b1 − a01 b2) / det`` style, written out: no LAPACK call, exact for ``a`` exactly

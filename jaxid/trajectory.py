@@ -52,7 +52,7 @@ def _field(system, y: Array, tau: Array) -> Array:
 class _StepTorque(eqx.Module):
     # The torques of one RK4 step (a torque_grid row, offset and scaled), looked up by stage time.
     stages: Array  # (3, 2) at t0, t0 + h/2, t0 + h
-    t0: Array
+    t0: Array | float
     half_step: float = eqx.field(static=True)
 
     def __call__(self, t):

@@ -138,11 +138,11 @@ class Record(eqx.Module):
     Under ``vmap`` every array gains a leading batch axis.
     """
 
-    t: Float[Array, " M"]
-    tau: Float[Array, "M 2"]
-    q: Float[Array, "M 2"]
-    status: Int[Array, ""]
-    steady_change: Float[Array, ""]
+    t: Float[Array, "*batch M"]
+    tau: Float[Array, "*batch M 2"]
+    q: Float[Array, "*batch M 2"]
+    status: Int[Array, "*batch"]
+    steady_change: Float[Array, "*batch"]
     sample_step: float = eqx.field(static=True)
     period: float = eqx.field(static=True)
     measured_periods: int = eqx.field(static=True)

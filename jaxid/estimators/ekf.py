@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax.numpy as jnp
-from jaxtyping import ArrayLike
+from jaxtyping import Array, ArrayLike
 
 from ..derivatives import noise_variance
 from ..excitation import Multisine
@@ -177,11 +177,11 @@ def ekf(
     noise_std: ArrayLike | None = None,
     measurement_offset: ArrayLike = 0.0,
     initial_guess: ArrayLike | None = None,
-    initial_factor: float = 1.3,
-    initial_relative_std: float = 0.3,
-    initial_velocity_std: float = 5.0,
-    velocity_process_std: float = 1e-4,
-    parameter_process_std: float = 0.0,
+    initial_factor: float | Array = 1.3,
+    initial_relative_std: float | Array = 0.3,
+    initial_velocity_std: float | Array = 5.0,
+    velocity_process_std: float | Array = 1e-4,
+    parameter_process_std: float | Array = 0.0,
     history_points: int = 200,
 ) -> Estimate:
     return _arm_filter(
@@ -216,11 +216,11 @@ def ukf(
     noise_std: ArrayLike | None = None,
     measurement_offset: ArrayLike = 0.0,
     initial_guess: ArrayLike | None = None,
-    initial_factor: float = 1.3,
-    initial_relative_std: float = 0.3,
-    initial_velocity_std: float = 5.0,
-    velocity_process_std: float = 1e-4,
-    parameter_process_std: float = 0.0,
+    initial_factor: float | Array = 1.3,
+    initial_relative_std: float | Array = 0.3,
+    initial_velocity_std: float | Array = 5.0,
+    velocity_process_std: float | Array = 1e-4,
+    parameter_process_std: float | Array = 0.0,
     history_points: int = 200,
     alpha: float = 1.0,
     beta: float = 2.0,

@@ -168,7 +168,7 @@ def rls(
     forgetting: float | Array = 1.0,
     initial_covariance: float | Array = 1e6,
     initial_guess: ArrayLike | None = None,
-    initial_factor: float = 1.3,
+    initial_factor: float | Array = 1.3,
     measurement_offset: ArrayLike = 0.0,
     derivative: str = "fourier",
     keep: str = "detected",
