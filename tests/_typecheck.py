@@ -17,12 +17,14 @@ exact annotation):
   any string: the package checks the value itself and its one-line error names the choices.
 """
 
+import contextlib
 import typing
 
+import jaxtyping
 import numpy as np
 from beartype import BeartypeConf, beartype
 
-__all__ = ["typechecker"]
+__all__ = ["typechecker", "package_errors"]
 
 
 def _admits_ndarray(hint) -> bool:
@@ -67,3 +69,15 @@ def typechecker(obj):
                 widened[name] = hint
         obj.__annotations__ = widened
     return beartype(obj, conf=_CONF)
+
+
+@contextlib.contextmanager
+def package_errors():
+    """Turn the runtime checks off inside the block: for tests of the package's own error messages
+    for a bad argument (what a user sees, without the checker), which the checker would pre-empt."""
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", before)
