@@ -64,7 +64,7 @@ def solve_2x2(a: ArrayLike, b: ArrayLike) -> Array:
     return jnp.stack([a11 * b[..., 0] - a01 * b[..., 1], a00 * b[..., 1] - a10 * b[..., 0]], -1) / det[..., None]
 
 
-def inverse_2x2(z: Array) -> Array:
+def inverse_2x2(z: ArrayLike) -> Array:
     """Closed-form inverse of a stack of 2x2 matrices ``(..., 2, 2)`` (real or complex)."""
     a, b, c, d = z[..., 0, 0], z[..., 0, 1], z[..., 1, 0], z[..., 1, 1]
     det = a * d - b * c

@@ -44,7 +44,7 @@ _RCOND = RCOND
 
 def line_variance(
     spectrum: Spectrum,
-    noise_std: float | Float[ArrayLike, " 2"] | None = None,
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"] | None = None,
     weighting: Weighting = "pooled",
 ) -> Float[Array, "L 2"]:
     """Variance ``E|Q̂ − Q|²`` [rad²] of each angle phasor, shape ``(L, 2)``.
@@ -94,7 +94,7 @@ def equation_error_fit(
     *,
     unknowns: Sequence[str],
     q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
-    noise_std: float | Float[ArrayLike, " 2"] | None = None,
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"] | None = None,
     weighting: Weighting = "pooled",
 ) -> Estimate:
     """Equation-error estimate from a ``Spectrum`` (see ``equation_error`` for the record version).
@@ -137,7 +137,7 @@ def equation_error(
     *,
     unknowns: Sequence[str],
     q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
-    noise_std: float | Float[ArrayLike, " 2"] | None = None,
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"] | None = None,
     method: str = "projection",
     weighting: Weighting = "pooled",
 ) -> Estimate:

@@ -95,7 +95,7 @@ def _terms(arm, extra: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(t for t in OPTIONAL_TERMS if t in needed)
 
 
-def _which(field: str, good: np.ndarray) -> str:
+def _which(field: str, good: np.ndarray | np.bool_) -> str:
     """`` (m1)``: the parameter of the first bad entry of ``field``, for an error message."""
     names = [n for n, (f, _) in _FIELDS.items() if f == field]
     if not names:
