@@ -71,16 +71,20 @@ HEAVY_FIRST = (
     "test_estimators.py",
     "test_estimator_options.py",
     "test_identification.py",
+    "test_kernels.py",
     "test_design.py",
     "test_gpu_check.py",
     "test_readme.py",
     "test_simulation.py",
-    "test_spectral_study.py",
+    "test_model.py",
     "test_nonlinear.py",
+    "test_spectral_study.py",
     "test_ekf.py",
     "test_model_extended.py",
+    "test_measurement.py",
     "test_crlb.py",
     "test_fit.py",
+    "test_lapack.py",
 )
 
 
