@@ -13,7 +13,9 @@ they integrate the *same* discrete dynamics.
   step of one period, computed once in float64 (``(steps, 3, 2)``); a trial's torque is
   ``offset + scale · grid``.
 - ``sincos(x)``: ``(sin x, cos x)`` sharing one range reduction (within 1 ulp of libm for
-  ``|x| < 1e6``); XLA's float64 sin/cos on CPU are slow.
+  ``|x| < 1e6``); XLA's float64 sin/cos on CPU are slow. Its two halves, ``sincos_parts`` (the
+  reduction and kernel polynomials) and ``sincos_quadrant`` (exact swaps and sign flips), let the
+  fast simulator materialise only the expensive half.
 """
 
 from __future__ import annotations

@@ -14,11 +14,13 @@ Integration paths (all fixed-step paths step ``h = Δ / substeps`` exactly on th
   ``t, t + h/2, t + h`` in float64 (``jaxid.integrate.torque_grid``, shared by the whole batch,
   multiplied by each trial's scale) and fed to the scan, never re-evaluated per stage. Error against a tight reference: about
   1e-8 rad for the Table 2 point-mass arm at ``Δ = 0.01 s`` (see ``scripts/bench_simulate.py``).
-  Two measured details make it ~4x faster than a diffrax ``solver.step`` loop on CPU: the state
-  is carried as four scalars (under ``vmap`` four contiguous ``(B,)`` arrays, not a strided
-  ``(B, 4)``), and the four sines/cosines of a stage are evaluated once, by a shared
-  range-reduction polynomial (``sincos``, ≤ 1 ulp), behind a ``lax.cond`` — XLA's CPU fusion
-  otherwise recomputes each sin/cos inside every consumer (about 7x per step).
+  What makes it fast on CPU (measured, ``docs/performance.md``): the state is carried as four
+  scalars (under ``vmap`` four contiguous ``(B,)`` arrays, not a strided ``(B, 4)``); the sines and
+  cosines share one range-reduction polynomial (``sincos``, ≤ 1 ulp); and two ``lax.cond`` per
+  stage make XLA materialise the kernel polynomials and the two accelerations once — XLA's CPU
+  fusion otherwise recomputes them inside every consumer, the dynamics in each stage update and
+  again in the final combination. The recorded torque is one period's unit multisine, shared by the
+  batch, and the status reads the largest ``|q|`` tracked during the integration.
 - ``solver="diffrax-rk4"`` / ``"tsit5"``: the same fixed steps through diffrax's ``solver.step``
   (``jaxid.integrate.RK4`` with the stage torques of the same grid, or ``diffrax.Tsit5``), for
   comparison; ``tsit5`` evaluates the multisine at its own stage times.
@@ -184,14 +186,16 @@ def simulate_batch(
     initial_states: ArrayLike | None = None,
     discard_periods: int | ArrayLike | None = None,
     shard: bool = True,
-    chunk_size: int = 128,
+    chunk_size: int = 512,
     **options,
 ) -> Record:
     """Simulate a batch in one compiled call, sharded over all local devices.
 
     Each device runs its share of the trials ``chunk_size`` at a time (``lax.map`` over
-    ``vmap``-ed chunks): on CPU a chunk of ~128 trials keeps the loop's working set in cache and
-    is ~2x faster per trial than one 1024-wide ``vmap``; the chunk size changes results by rounding at most.
+    ``vmap``-ed chunks). On CPU wider chunks amortise the per-operation overhead of XLA's loop
+    (about 75 small kernels per RK4 step) and 2048 and more fall out of cache: at batch 1024 on two
+    devices a chunk of 512 measured ~1.3x faster per trial than 128 (``scripts/bench_simulate.py``).
+    The chunk size changes results by rounding at most.
 
     Args:
         arms: an arm with a leading batch axis ``B`` on every field (e.g.

@@ -4,9 +4,9 @@
 (keeping only the state) and samples ``measured_periods`` periods on the grid, by one of
 
 - ``"rk4"``: ``jaxid.integrate.rk4_step`` in a ``lax.scan``, the state carried as four scalars,
-  the torque from ``jaxid.integrate.torque_grid`` (computed once, shared by a batch), the
-  trigonometry of each stage evaluated once behind a ``lax.cond`` (XLA's CPU fusion otherwise
-  recomputes each sin/cos inside every consumer, about 7x per step);
+  the torque from ``jaxid.integrate.torque_grid`` (computed once, shared by a batch), each
+  stage's sine/cosine kernels and its two accelerations materialised once behind ``lax.cond``
+  (XLA's CPU fusion otherwise recomputes them inside every consumer);
 - ``"diffrax-rk4"``: the same steps through diffrax's ``solver.step`` with ``jaxid.integrate.RK4``
   (stage torques from the same grid, so both integrate the same discrete dynamics);
 - ``"tsit5"``: diffrax Tsit5 at the same fixed step (multisine evaluated at its own stages);

@@ -20,7 +20,8 @@ and 30 discarded periods (it must not grow).
 On a CPU both cores are used by exposing them as XLA host devices (set below, before importing
 jax); ``simulate_batch`` shards the trial axis over ``jax.devices()``. On a GPU a large batch is
 run in calls of at most ``--max-call`` trajectories (the records of 10^6 trials at Δ = 0.01 s
-would not fit in memory), each one ``vmap`` (chunk = call), and throughput counts every call.
+would not fit in memory), each one ``vmap`` (chunk = call), and throughput counts every call. On CPU the chunk is 512
+trials per device (``--chunk-size``).
 
     python scripts/bench_simulate.py                 # batches 1 … 4096
     python scripts/bench_simulate.py --quick         # batches 1, 64, 1024, fewer repeats
@@ -52,7 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--substeps", type=int, default=1)
     p.add_argument("--sample-step", type=float, default=0.01, help="sampling step [s] (must divide 100 s)")
     p.add_argument("--discard-periods", type=int, default=DISCARD)
-    p.add_argument("--chunk-size", type=int, default=None, help="trials per vmap on a device (CPU 128, GPU: a call)")
+    p.add_argument("--chunk-size", type=int, default=None, help="trials per vmap on a device (CPU 512, GPU: a call)")
     p.add_argument("--max-call", type=int, default=None, help="largest batch in one call (default: no limit)")
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--scipy-runs", type=int, default=None, help="solve_ivp trajectories to time (0: skip)")
@@ -281,7 +282,7 @@ def main(argv=None):
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1), flush=True)
 
     def run_call(arms):
-        chunk = args.chunk_size or (128 if platform == "cpu" else arms.masses.shape[0])
+        chunk = args.chunk_size or (512 if platform == "cpu" else arms.masses.shape[0])
         rec = jaxid.simulate_batch(arms, ex, chunk_size=chunk, **sim)
         ok = jnp.sum(rec.status == jaxid.SUCCESS)
         return rec, int(ok)
@@ -434,7 +435,7 @@ def main(argv=None):
             try:
                 lowered = jax.jit(
                     lambda a, d=d: jaxid.simulate_batch(
-                        a, ex, chunk_size=args.chunk_size or 128, **{**sim, "discard_periods": d}
+                        a, ex, chunk_size=args.chunk_size or 512, **{**sim, "discard_periods": d}
                     )
                 ).lower(arms)
                 stats = lowered.compile().memory_analysis()
