@@ -150,6 +150,8 @@ def plot_estimators(summary: pd.DataFrame, out: Path) -> Path:
         x="parameter",
         y="rel_rmse",
         hue="estimator",
+        order=_parameters(g),  # the other figures' order (m1, m2, J1, J2, fv1, fv2), not alphabetical
+        hue_order=list(dict.fromkeys(g["estimator"])),
         col="setting",
         kind="bar",
         col_wrap=min(3, g["setting"].nunique()),
