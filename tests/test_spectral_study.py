@@ -51,7 +51,9 @@ def test_spectral_path_matches_the_time_path(tmp_path):
     a, b = runs["spectral", 300][0], runs["spectral", 128][0]
     cols = ["setting", "trial", "estimator", "parameter", "estimate", "std", "status"]
     pd.testing.assert_frame_equal(
-        a[cols].sort_values(cols[:4]).reset_index(drop=True), b[cols].sort_values(cols[:4]).reset_index(drop=True)
+        a[cols].sort_values(cols[:4]).reset_index(drop=True),
+        b[cols].sort_values(cols[:4]).reset_index(drop=True),
+        check_exact=True,
     )
     # Same statistics as noise on every sample (different realisations): RMSE within Monte Carlo
     # error (300 trials: ~4 % each), and all trials ok.
