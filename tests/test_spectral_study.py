@@ -47,14 +47,14 @@ def test_spectral_path_matches_the_time_path(tmp_path):
             parse_experiment(_raw(path, chunk=chunk)), tmp_path / f"{path}{chunk}", progress=False, figures=False
         )
         runs[path, chunk] = (pd.read_parquet(out / "trials.parquet"), pd.read_csv(out / "summary.csv"))
-    # Chunk size does not change a trial.
+    # Chunk size does not change a trial: bit for bit, except equation_error's reported std (from
+    # its covariance), which moves by up to 2 ulp with the chunk's vmap width (XLA vectorises a
+    # reduction in it differently for another width).
     a, b = runs["spectral", 300][0], runs["spectral", 128][0]
-    cols = ["setting", "trial", "estimator", "parameter", "estimate", "std", "status"]
-    pd.testing.assert_frame_equal(
-        a[cols].sort_values(cols[:4]).reset_index(drop=True),
-        b[cols].sort_values(cols[:4]).reset_index(drop=True),
-        check_exact=True,
-    )
+    cols = ["setting", "trial", "estimator", "parameter", "estimate", "status"]
+    a, b = (x.sort_values(cols[:4]).reset_index(drop=True) for x in (a, b))
+    pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True)
+    np.testing.assert_allclose(b["std"], a["std"], rtol=1e-15, atol=0)
     # Same statistics as noise on every sample (different realisations): RMSE within Monte Carlo
     # error (300 trials: ~4 % each), and all trials ok.
     t, s = runs["time", 300][1], runs["spectral", 300][1]
