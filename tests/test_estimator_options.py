@@ -183,6 +183,7 @@ VARIANTS = [
     ("nonlinear_oe", _NL, "route", "warm"),
     ("nonlinear_oe", _NL, "step_tolerance", 0.01),
     ("nonlinear_oe", {**_NL, "route": "warm"}, "jacobian", "differences"),
+    ("nonlinear_oe", {**_NL, "route": "coarse"}, "coarse_step", 0.08),
     *[("idim_ls", b, k, v) for b, k, v in _REGRESSION],
     *[("rls", b, k, v) for b, k, v in _REGRESSION],
     ("rls", {}, "forgetting", 0.99),

@@ -1,0 +1,131 @@
+"""``nonlinear_oe``'s coarse route (``route="coarse"``) and its parts, against independent answers.
+
+The route fits on a coarse RK4 grid (Jacobian by forward differences, Hermite-interpolated to the
+samples), then takes the Gauss-Newton step of the exact full-resolution residual. Checked here: the
+state integrator against ``period_map`` and the Newton-shooting orbit, the interpolation on
+cubics, the coarse Jacobian through the covariance it returns against the forward-mode Cramér–Rao
+bound, exact recovery from noise-free data, and the optimum of the default route on noisy records.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxid
+from jaxid.estimators.base import CONVERGED
+from jaxid.estimators.nonlinear import _coarsening, _hermite, nonlinear_crlb, nonlinear_output_error
+from jaxid.steady_state import period_map, period_states, periodic_steady_state, torque_table
+
+UNKNOWNS = ("m1", "m2", "fv1", "fv2")
+PAPER_STD = 0.1 / math.sqrt(12)
+N = 10_000  # samples per period: Table 2 (T = 100 s) at Δ = 0.01 s
+
+
+@pytest.fixture(scope="module")
+def split():
+    return jaxid.table2("split")
+
+
+@pytest.fixture(scope="module")
+def batch(arm, split):
+    """Clean record, three Gaussian-noise records, and one with a NaN sample (split lines, ×1)."""
+    clean = jaxid.simulate(arm, split)
+    noisy = jaxid.noise_draws(clean, key=jax.random.key(12), draws=3, kind="gaussian", level=PAPER_STD)
+    bad = clean.replace(q=clean.q.at[17].set(jnp.nan))
+    return jax.tree.map(lambda c, n, b: jnp.concatenate([c[None], n, b[None]]), clean, noisy, bad)
+
+
+@pytest.fixture(scope="module")
+def bound(arm, split):
+    """The forward-mode Cramér–Rao bound (``p x p`` covariance) at the truth."""
+    return np.asarray(jax.jit(lambda a: nonlinear_crlb(a, split, UNKNOWNS, PAPER_STD))(arm))
+
+
+@pytest.fixture(scope="module")
+def fits(arm, split, batch):
+    """Both routes on the batch, from a nominal 10 % off (the start is ``ml``'s estimate)."""
+    nominal = arm.with_parameters(UNKNOWNS, arm.parameter_vector(UNKNOWNS) * 1.1)
+
+    def fit(route):
+        return jax.jit(
+            jax.vmap(
+                lambda r: nonlinear_output_error(r, split, nominal, unknowns=UNKNOWNS, noise_std=PAPER_STD, route=route)
+            )
+        )(batch)
+
+    return {route: fit(route) for route in ("coarse", "shooting")}
+
+
+def test_period_states_equal_the_period_map(arm, split):
+    table = torque_table(split)
+    x0 = jnp.array([0.1, -0.2, 0.3, 0.05])  # off the orbit: the transient is in the samples
+    x_end, q = jax.jit(lambda x: period_map(arm, table, x, samples_per_period=N))(x0)
+    states, end = jax.jit(lambda x: period_states(arm, table, x, samples_per_period=N))(x0)
+    np.testing.assert_allclose(states[:, :2], q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(end, x_end, rtol=0, atol=1e-12)
+
+
+def test_lead_in_from_the_orbit_reproduces_the_orbit(arm, split):
+    # Start a quarter period early from the Newton-shooting orbit's state there: the recorded
+    # window is the orbit itself (the lead-in's torque indexing wraps the period correctly).
+    orbit = jax.jit(lambda a: periodic_steady_state(a, split))(arm)
+    table = torque_table(split)
+    lead = N // 4
+    run = jax.jit(lambda x, lead: period_states(arm, table, x, samples_per_period=N, lead_in=lead), static_argnums=1)
+    on_orbit, _ = run(orbit.initial_state, 0)
+    states, end = run(on_orbit[N - lead], lead)
+    np.testing.assert_allclose(states[:, :2], orbit.q, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(states[0], orbit.initial_state, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(end, orbit.initial_state, rtol=0, atol=1e-10)
+
+
+def test_hermite_interpolation_is_exact_for_cubics():
+    t = np.linspace(0.0, 2.0, 9)  # 8 intervals of 0.25 s
+    coeffs = np.array([[0.3, -1.2, 0.7, 2.0], [-0.5, 0.1, 1.5, -0.8]])  # two channels, cubic in t
+    value = np.stack([np.polyval(c, t) for c in coeffs], -1)
+    slope = np.stack([np.polyval(np.polyder(c), t) for c in coeffs], -1)
+    out = _hermite(jnp.asarray(value), jnp.asarray(slope), 0.25, 5)
+    fine = np.arange(40) * 0.05
+    np.testing.assert_allclose(out, np.stack([np.polyval(c, fine) for c in coeffs], -1), rtol=0, atol=1e-13)
+
+
+def test_noise_free_returns_truth(arm, fits):
+    est = fits["coarse"]
+    assert int(est.status[0]) == CONVERGED
+    np.testing.assert_allclose(est.value[0], arm.parameter_vector(UNKNOWNS), rtol=1e-9)
+
+
+def test_covariance_is_the_forward_mode_bound(fits, bound):
+    # At the noise-free estimate the covariance is σ² (JᵀJ)⁻¹ with the route's coarse
+    # finite-difference Jacobian; the bound uses forward-mode tangents at full resolution.
+    np.testing.assert_allclose(fits["coarse"].covariance[0], bound, rtol=1e-4)
+
+
+def test_noisy_records_reach_the_default_routes_optimum(fits, bound):
+    coarse, shooting = fits["coarse"], fits["shooting"]
+    assert np.all(np.asarray(coarse.status[:4]) == CONVERGED)
+    assert np.all(np.asarray(shooting.status[:4]) == CONVERGED)
+    std = np.sqrt(np.diag(bound))
+    diff = np.abs(np.asarray(coarse.value[1:4]) - np.asarray(shooting.value[1:4]))
+    # The coarse Jacobian (relative error ~1e-5) moves the optimum by about that fraction of a
+    # standard error; measured ~1e-4 of the bound.
+    assert np.all(diff <= 2e-3 * std), diff / std
+
+
+def test_failed_record_has_a_status(fits):
+    assert int(fits["coarse"].status[4]) != CONVERGED
+
+
+def test_coarse_step_is_checked_and_divides_the_period(arm, split, batch):
+    assert _coarsening(0.04, 0.01, 10_000) == 4
+    assert _coarsening(0.04, 0.05, 2_000) == 1
+    assert _coarsening(0.07, 0.01, 10_000) == 5  # 7 does not divide 10 000
+    record = jax.tree.map(lambda x: x[0], batch)
+    for bad in (0.0, -0.04, "0.04", True):
+        with pytest.raises(ValueError, match="coarse_step"):
+            nonlinear_output_error(record, split, arm, unknowns=UNKNOWNS, route="coarse", coarse_step=bad)
+    with pytest.raises(ValueError, match="route"):
+        nonlinear_output_error(record, split, arm, unknowns=UNKNOWNS, route="fastest")
