@@ -313,8 +313,9 @@ def ml(
         weighting: ``"pooled"`` (per-joint white-noise estimate) or ``"per_line"``.
         start: ``"equation_error"`` (default) or ``"nominal"``.
         max_steps, rtol, atol: Levenberg–Marquardt settings (static).
-        solver: ``"levenberg_marquardt"`` (default) or ``"gauss_newton"`` (faster, see
-            ``levenberg_marquardt``).
+        solver: ``"levenberg_marquardt"`` (default) or ``"gauss_newton"`` (undamped; in closed
+            form, ``gauss_newton_affine``, for unknowns the impedance is affine in: the same
+            optimum to the tolerance at a small fraction of the cost per trial under ``vmap``).
 
     Returns:
         ``Estimate`` with the inverse Gauss–Newton Hessian as covariance. ``jit``-compatible with
