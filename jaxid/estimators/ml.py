@@ -113,7 +113,7 @@ def levenberg_marquardt(
     *,
     rtol: float = 1e-10,
     atol: float = 1e-12,
-    max_steps: int = 100,
+    max_steps: int | Array = 100,
     solver: Solver = "levenberg_marquardt",
 ) -> tuple[Array, Array]:
     """Minimise ``||residual(θ)||²`` from ``theta0`` with optimistix's Levenberg–Marquardt.
@@ -189,7 +189,7 @@ def gauss_newton_affine(
     *,
     rtol: float = 1e-10,
     atol: float = 1e-12,
-    max_steps: int = 100,
+    max_steps: int | Array = 100,
 ) -> tuple[Array, Array, Array, Array]:
     """Undamped Gauss–Newton on the whitened output error for an affine ``Z(θ) = z0 + zi @ θ``
     (``linearisation.affine_impedance``), with the Jacobian in closed form.
@@ -242,7 +242,7 @@ def ml_fit(
     weighting: Weighting = "pooled",
     start: Start = "equation_error",
     initial: Float[ArrayLike, " p"] | None = None,
-    max_steps: int = 100,
+    max_steps: int | Array = 100,
     rtol: float = 1e-10,
     atol: float = 1e-12,
     solver: Solver = "levenberg_marquardt",
@@ -292,7 +292,7 @@ def ml(
     method: str = "projection",
     weighting: Weighting = "pooled",
     start: Start = "equation_error",
-    max_steps: int = 100,
+    max_steps: int | Array = 100,
     rtol: float = 1e-10,
     atol: float = 1e-12,
     solver: Solver = "levenberg_marquardt",

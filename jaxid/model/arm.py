@@ -332,20 +332,20 @@ class TwoLinkArm(AbstractArm):
         return arm
 
     # -- dynamics (the module-level functions in jaxid.model call these) ------------------------
-    def mass_matrix(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b 2 2"]:
+    def mass_matrix(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "... 2 2"]:
         q = jnp.asarray(q)
         d11, d12, d22 = jnp.broadcast_arrays(*eq.mass_entries(self, jnp.cos(q[..., 1])))
         return jnp.stack([jnp.stack([d11, d12], -1), jnp.stack([d12, d22], -1)], -2)
 
-    def coriolis_forces(self, q: Float[ArrayLike, "*b 2"], qd: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b 2"]:
+    def coriolis_forces(self, q: Float[ArrayLike, "*b 2"], qd: Float[ArrayLike, "*b 2"]) -> Float[Array, "... 2"]:
         q, qd = jnp.asarray(q), jnp.asarray(qd)
         return eq.coriolis(eq.coupling(self, jnp.sin(q[..., 1])), qd)
 
-    def gravity_torque(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b 2"]:
+    def gravity_torque(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "... 2"]:
         s1, _, _, _, s12 = eq.trig(jnp.asarray(q))
         return eq.gravity(self, s1, s12)
 
-    def friction_torque(self, qd: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b 2"]:
+    def friction_torque(self, qd: Float[ArrayLike, "*b 2"]) -> Float[Array, "... 2"]:
         return eq.friction(self, jnp.asarray(qd))
 
     def forward_dynamics(
@@ -355,7 +355,7 @@ class TwoLinkArm(AbstractArm):
         tau: Float[ArrayLike, "*b 2"],
         *,
         sincos: SinCos | None = None,
-    ) -> Float[Array, "*b 2"]:
+    ) -> Float[Array, "... 2"]:
         return eq.forward(self, jnp.asarray(q), jnp.asarray(qd), jnp.asarray(tau), sincos)
 
     def inverse_dynamics(
@@ -365,10 +365,10 @@ class TwoLinkArm(AbstractArm):
         qdd: Float[ArrayLike, "*b 2"],
         *,
         sincos: SinCos | None = None,
-    ) -> Float[Array, "*b 2"]:
+    ) -> Float[Array, "... 2"]:
         return eq.inverse(self, jnp.asarray(q), jnp.asarray(qd), jnp.asarray(qdd), sincos)
 
-    def potential_energy(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "*b"]:
+    def potential_energy(self, q: Float[ArrayLike, "*b 2"]) -> Float[Array, "..."]:
         return eq.potential(self, jnp.asarray(q))
 
     def standard_parameters(self) -> Float[Array, "*batch 13"]:
@@ -381,7 +381,7 @@ class TwoLinkArm(AbstractArm):
         qdd: Float[ArrayLike, "*b 2"],
         *,
         sincos: SinCos | None = None,
-    ) -> Float[Array, "*b 2 13"]:
+    ) -> Float[Array, "... 2 13"]:
         return eq.standard_regressor(self, jnp.asarray(q), jnp.asarray(qd), jnp.asarray(qdd), sincos)
 
     def with_standard_parameters(self, standard: Float[ArrayLike, "*batch 13"]) -> TwoLinkArm:

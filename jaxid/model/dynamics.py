@@ -35,24 +35,24 @@ __all__ = [
 ]
 
 
-def mass_matrix(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "*b n n"]:
+def mass_matrix(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "... n n"]:
     """Inertia matrix ``D(q)`` [kg m²] (rotor inertia included), shape ``(..., n, n)``."""
     return arm.mass_matrix(q)
 
 
 def coriolis_forces(
     arm: AbstractArm, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"]
-) -> Float[Array, "*b n"]:
+) -> Float[Array, "... n"]:
     """Coriolis and centrifugal torques ``C(q, q') q'`` [N m]."""
     return arm.coriolis_forces(q, qd)
 
 
-def gravity_torque(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "*b n"]:
+def gravity_torque(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "... n"]:
     """Gravity torques ``G(q)`` [N m]; zero at the hanging equilibrium ``q = 0``."""
     return arm.gravity_torque(q)
 
 
-def friction_torque(arm: AbstractArm, qd: Float[ArrayLike, "*b n"]) -> Float[Array, "*b n"]:
+def friction_torque(arm: AbstractArm, qd: Float[ArrayLike, "*b n"]) -> Float[Array, "... n"]:
     """Joint friction ``fv q' + fc (2/π) atan(coulomb_slope q')`` [N m] (no offset)."""
     return arm.friction_torque(qd)
 
@@ -64,7 +64,7 @@ def forward_dynamics(
     tau: Float[ArrayLike, "*b n"],
     *,
     sincos: SinCos | None = None,
-) -> Float[Array, "*b n"]:
+) -> Float[Array, "... n"]:
     """Joint accelerations ``q''`` [rad/s²] from ``D q'' = tau − offset − C q' − G − F(q')``.
 
     The one dynamics function every simulator and filter uses. For ``TwoLinkArm`` the 2x2 solve is
@@ -81,12 +81,12 @@ def inverse_dynamics(
     qdd: Float[ArrayLike, "*b n"],
     *,
     sincos: SinCos | None = None,
-) -> Float[Array, "*b n"]:
+) -> Float[Array, "... n"]:
     """Joint torque reading ``tau = D q'' + C q' + G + F(q') + offset`` [N m]."""
     return arm.inverse_dynamics(q, qd, qdd, sincos=sincos)
 
 
-def holding_torque(arm: AbstractArm, q0: Float[ArrayLike, "*b n"]) -> Float[Array, "*b n"]:
+def holding_torque(arm: AbstractArm, q0: Float[ArrayLike, "*b n"]) -> Float[Array, "... n"]:
     """The torque reading that holds the arm at rest at ``q0``: ``inverse_dynamics(arm, q0, 0, 0)``.
 
     For ``TwoLinkArm`` this is ``G(q0) + offset`` (bit-for-bit ``gravity_torque`` without offset).
@@ -94,17 +94,17 @@ def holding_torque(arm: AbstractArm, q0: Float[ArrayLike, "*b n"]) -> Float[Arra
     return arm.holding_torque(q0)
 
 
-def kinetic_energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:
+def kinetic_energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"]) -> Float[Array, "..."]:
     """Kinetic energy ``½ q'ᵀ D(q) q'`` [J] (links and rotors)."""
     return arm.kinetic_energy(q, qd)
 
 
-def potential_energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:
+def potential_energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"]) -> Float[Array, "..."]:
     """Gravitational potential energy [J], zero reference at the joint-1 height."""
     return arm.potential_energy(q)
 
 
-def energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:
+def energy(arm: AbstractArm, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"]) -> Float[Array, "..."]:
     """Total mechanical energy [J]; conserved without friction, offset and input torque."""
     return kinetic_energy(arm, q, qd) + potential_energy(arm, q)
 
