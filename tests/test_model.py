@@ -355,3 +355,13 @@ def test_mujoco_in_the_pinned_range_with_the_signatures_used():
         first = getattr(mujoco, name).__doc__.splitlines()[0]
         params = re.findall(r"(\w+):", first[first.index("(") :])
         assert tuple(params[: len(leading)]) == leading, (name, first)
+
+
+def test_runtime_type_checks_are_on():
+    # The suite runs jaxid under jaxtyping + beartype (pyproject addopts, tests/_typecheck.py): an
+    # argument of the wrong shape is a TypeCheckError naming the parameter, array-likes keep working.
+    import jaxtyping
+
+    with pytest.raises(jaxtyping.TypeCheckError, match="q0"):
+        jaxid.linearise(jaxid.point_mass(), np.zeros(3))
+    jaxid.linearise(jaxid.point_mass(), (0.1, 0.2))
