@@ -68,6 +68,7 @@ import jaxid  # noqa: E402
 #: in at the end (longest-first scheduling). A scheduling hint only: every file runs, in any order.
 HEAVY_FIRST = (
     "test_study.py",
+    "test_study_cli.py",
     "test_estimators.py",
     "test_estimator_options.py",
     "test_identification.py",

@@ -11,7 +11,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 import jaxid
 import jaxid.study.runner as runner
 from jaxid.cli import main
-from jaxid.config import load_experiment, parse_experiment
+from jaxid.config import parse_experiment
 from jaxid.experiment import run_experiment
 from jaxid.study import RunExists
 
@@ -42,7 +41,7 @@ def tiny(chunk=3, trials=5, estimators=("equation_error", "ml"), extra_setting=F
         },
     }
     if extra_setting:  # inserted before the others: must not change them
-        settings = {"c": {"scale": 0.3, "lines": "same"}, **settings}
+        settings = {"c": {"scale": 0.3}, **settings}
     return parse_experiment(
         {
             "experiment": {
@@ -132,7 +131,6 @@ def _linear_crlb_numpy(excitation, sample_step: float, periods: int, sigma: floa
 def test_linear_crlb_numpy_uses_the_arm_jaxid_linearises():
     """The hand-written M and K of the independent bound are the point-mass arm's (a wrong
     derivation would make the √CRLB check below compare two different arms)."""
-    import jaxid
 
     exc = runner.build_excitation(tiny().setting("a"), 5)
     _, mass, stiff = _linear_crlb_numpy(exc, 0.05, 1, 0.01)
@@ -315,9 +313,10 @@ def test_chunk_size_does_not_change_results(reference, tmp_path):
 
 def test_added_trials_and_settings_leave_existing_rows_unchanged(reference, tmp_path):
     """A trial's row is a function of (seed, setting, trial) and its own parameters only."""
-    run_experiment(tiny(trials=7, extra_setting=True), tmp_path / "run", progress=False, figures=False)
+    # (chunks of 3 and the reference's line layout: the compiled estimators are the reference's)
+    run_experiment(tiny(trials=6, extra_setting=True), tmp_path / "run", progress=False, figures=False)
     more = trials_table(tmp_path / "run")
-    assert set(more.setting) == {"a", "b", "c"} and more.trial.max() == 6
+    assert set(more.setting) == {"a", "b", "c"} and more.trial.max() == 5
     old = more[(more.setting != "c") & (more.trial < 5)].reset_index(drop=True)
     assert_same_trials(trials_table(reference), old, CHUNK_WIDTH)
 
@@ -471,80 +470,6 @@ def check_smoke_run(out: Path, exp, setting: str = "smoke") -> None:
         assert any(name == plot or name.startswith(plot + "_") for name in drawn), (plot, drawn)
 
 
-# paper.toml's smoke setting is run by test_readme.py, as the README's main command.
-@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if p.stem != "paper"], ids=lambda p: p.stem)
-def test_shipped_experiment_smoke_runs_end_to_end(path, tmp_path, capsys):
-    out = tmp_path / path.stem
-    assert main(["run", str(path), "--settings", "smoke", "--out", str(out), "--quiet"]) == 0
-    check_smoke_run(out, load_experiment(path))
-    assert f"Results in {out}" in capsys.readouterr().out
-
-
-def test_cli_errors_are_clear(tmp_path, capsys):
-    assert main(["run", str(tmp_path / "missing.toml")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "does not exist" in err and "missing.toml" in err and "\n" not in err
-    assert main(["run", str(EXPERIMENTS[0]), "--settings", "nope", "--out", str(tmp_path / "x")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "No setting 'nope'" in err and "\n" not in err
-    assert not (tmp_path / "x").exists()
-    assert main(["list"]) == 0
-    listed = capsys.readouterr().out
-    assert all(path.stem in listed for path in EXPERIMENTS)
-
-
-def families(chunk=2):
-    """baselines.toml's smoke setting (an estimator of every family: frequency domain linear and
-    nonlinear, inverse-dynamics regressor recursive / least squares / instrumental variable,
-    extended and unscented Kalman filters) on eight trials of four sampled parameter sets. Two
-    trials per chunk, as in the smoke run, so that the estimators' compiled functions are shared
-    with it."""
-    raw = tomllib.loads((ROOT / "experiments" / "baselines.toml").read_text())
-    smoke = raw["settings"]["smoke"]
-    raw["settings"] = {
-        "smoke": {
-            **smoke,
-            "trials": 8,
-            "sample": {"m2": {"dist": "uniform", "width": 0.1}, "fv1": {"dist": "uniform", "width": 0.6}},
-            "parameter_sets": 4,
-            "discard_periods": "auto",
-        }
-    }
-    raw["experiment"].update(chunk=chunk, plots=[])
-    return parse_experiment(raw)
-
-
-_DEVICE_SCRIPT = """
-import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-import jax
-jax.config.update("jax_enable_x64", True)
-sys.path.insert(0, sys.argv[2])
-from test_study import families
-from jaxid.experiment import run_experiment
-assert len(jax.devices()) == 4
-run_experiment(families(), sys.argv[1], progress=False, figures=False)
-"""
-
-
-def test_four_devices_give_the_one_device_rows(tmp_path):
-    """Each chunk's two parameter sets (with their own transients) are simulated in one batch
-    sharded over 4 host devices; every estimator family then runs on the records: the rows equal
-    a one-device run's exactly."""
-    one = run_experiment(families(), tmp_path / "dev1", progress=False, figures=False)
-    out = tmp_path / "dev4"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    subprocess.run(
-        [sys.executable, "-c", _DEVICE_SCRIPT, str(out), str(Path(__file__).parent)], check=True, env=env, timeout=900
-    )
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["device_count"] == 4 and len(manifest["settings"]["smoke"]["discard_periods"]) > 1
-    ref = trials_table(one)
-    assert sorted(set(ref.estimator)) == sorted(jaxid.ESTIMATORS.keys() - {"paper"})
-    assert ref.param_set.nunique() == 4 and (ref.status == "ok").all()
-    assert_same_trials(ref, trials_table(out), SHARE_WIDTH)
-
-
 def test_two_processes_give_the_one_process_table(reference, tmp_path):
     """The same experiment under jax.distributed (two processes, coordinator on localhost).
 
@@ -584,7 +509,6 @@ def test_float32_is_refused_with_a_one_line_message(tmp_path):
     estimators' tolerances assume it)."""
     import jax
 
-    import jaxid
     from jaxid.estimators import get_estimator
 
     arm, exc = jaxid.point_mass(), jaxid.table2("split", 0.25)

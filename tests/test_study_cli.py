@@ -1,0 +1,95 @@
+"""The shipped experiments' smoke settings through the CLI, the CLI's errors, and one 4-device
+subprocess running every estimator family (it shares the baselines smoke run's compiled
+estimators, so it lives in this file)."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from test_study import SHARE_WIDTH, assert_same_trials, check_smoke_run, trials_table
+
+import jaxid
+from jaxid.cli import main
+from jaxid.config import load_experiment, parse_experiment
+from jaxid.experiment import run_experiment
+
+ROOT = Path(__file__).parent.parent
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
+
+
+# paper.toml's smoke setting is run by test_readme.py, as the README's main command.
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if p.stem != "paper"], ids=lambda p: p.stem)
+def test_shipped_experiment_smoke_runs_end_to_end(path, tmp_path, capsys):
+    out = tmp_path / path.stem
+    assert main(["run", str(path), "--settings", "smoke", "--out", str(out), "--quiet"]) == 0
+    check_smoke_run(out, load_experiment(path))
+    assert f"Results in {out}" in capsys.readouterr().out
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not exist" in err and "missing.toml" in err and "\n" not in err
+    assert main(["run", str(EXPERIMENTS[0]), "--settings", "nope", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "No setting 'nope'" in err and "\n" not in err
+    assert not (tmp_path / "x").exists()
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(path.stem in listed for path in EXPERIMENTS)
+
+
+def families(chunk=2):
+    """baselines.toml's smoke setting (an estimator of every family: frequency domain linear and
+    nonlinear, inverse-dynamics regressor recursive / least squares / instrumental variable,
+    extended and unscented Kalman filters) on eight trials of four sampled parameter sets. Two
+    trials per chunk, as in the smoke run, so that the estimators' compiled functions are shared
+    with it."""
+    raw = tomllib.loads((ROOT / "experiments" / "baselines.toml").read_text())
+    smoke = raw["settings"]["smoke"]
+    raw["settings"] = {
+        "smoke": {
+            **smoke,
+            "trials": 8,
+            "sample": {"m2": {"dist": "uniform", "width": 0.1}, "fv1": {"dist": "uniform", "width": 0.6}},
+            "parameter_sets": 4,
+            "discard_periods": "auto",
+        }
+    }
+    raw["experiment"].update(chunk=chunk, plots=[])
+    return parse_experiment(raw)
+
+
+_DEVICE_SCRIPT = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, sys.argv[2])
+from test_study_cli import families
+from jaxid.experiment import run_experiment
+assert len(jax.devices()) == 4
+run_experiment(families(), sys.argv[1], progress=False, figures=False)
+"""
+
+
+def test_four_devices_give_the_one_device_rows(tmp_path):
+    """Each chunk's two parameter sets (with their own transients) are simulated in one batch
+    sharded over 4 host devices; every estimator family then runs on the records: the rows equal
+    a one-device run's exactly."""
+    one = run_experiment(families(), tmp_path / "dev1", progress=False, figures=False)
+    out = tmp_path / "dev4"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run(
+        [sys.executable, "-c", _DEVICE_SCRIPT, str(out), str(Path(__file__).parent)], check=True, env=env, timeout=900
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["device_count"] == 4 and len(manifest["settings"]["smoke"]["discard_periods"]) > 1
+    ref = trials_table(one)
+    assert sorted(set(ref.estimator)) == sorted(jaxid.ESTIMATORS.keys() - {"paper"})
+    assert ref.param_set.nunique() == 4 and (ref.status == "ok").all()
+    assert_same_trials(ref, trials_table(out), SHARE_WIDTH)
