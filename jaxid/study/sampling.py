@@ -54,12 +54,12 @@ def setting_key(seed: int, setting: str) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), _name_to_int(setting))
 
 
-def trial_key(seed: int, setting: str, trial: int) -> jax.Array:
+def trial_key(seed: int, setting: str, trial: int | jax.Array) -> jax.Array:
     """Noise key of one trial, independent of chunking and of other settings."""
     return jax.random.fold_in(jax.random.fold_in(setting_key(seed, setting), 1), trial)
 
 
-def set_key(seed: int, setting: str, index: int) -> jax.Array:
+def set_key(seed: int, setting: str, index: int | jax.Array) -> jax.Array:
     """Key of parameter set ``index`` of a setting (its sampled parameters come from it alone)."""
     return jax.random.fold_in(jax.random.fold_in(setting_key(seed, setting), 2), index)
 
