@@ -199,8 +199,8 @@ def nonlinear_output_error(
     substeps: int = 1,
     fit_offset: bool = True,
     max_iterations: int = 30,
-    rtol: float = 1e-10,
-    state_tolerance: float = 1e-9,
+    rtol: float | Array = 1e-10,
+    state_tolerance: float | Array = 1e-9,
     damping: float = 1e-4,
     derivative_cutoff: int | None = None,
     route: str = "shooting",
@@ -241,8 +241,9 @@ def nonlinear_output_error(
             on the Levenberg-Marquardt one; the defect test still applies). Near the optimum
             (Gauss-Newton step below 1 % relative) every finite pass is accepted: the cost then
             moves by the start state's O(step²) error more than by the step.
-            ``"coarse"``: 5-7× cheaper than ``"shooting"`` on the paper and amplitude-sweep settings
-            (``scripts/bench_nonlinear.py``; ``docs/estimators.md``). Levenberg-Marquardt first on a
+            ``"coarse"``: 5-7× cheaper than ``"shooting"`` on the paper settings and the amplitude
+            sweep up to ×1, but failing at ×1.5 (``scripts/bench_nonlinear.py``;
+            ``docs/estimators.md``). Levenberg-Marquardt first on a
             coarse RK4 grid (step ``coarse_step``): each iteration ``p + 1`` coarse periods
             (``θ`` and forward differences), Hermite-interpolated to the samples, every period
             starting a quarter period early from the previous iterate's state moved by its gain
