@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _typecheck import package_errors
 
 import jaxid
 from jaxid.estimators.base import CONVERGED
@@ -125,7 +126,7 @@ def test_coarse_step_is_checked_and_divides_the_period(arm, split, batch):
     assert _coarsening(0.07, 0.01, 10_000) == 5  # 7 does not divide 10 000
     record = jax.tree.map(lambda x: x[0], batch)
     for bad in (0.0, -0.04, "0.04", True):
-        with pytest.raises(ValueError, match="coarse_step"):
+        with package_errors(), pytest.raises(ValueError, match="coarse_step"):
             nonlinear_output_error(record, split, arm, unknowns=UNKNOWNS, route="coarse", coarse_step=bad)
     with pytest.raises(ValueError, match="route"):
         nonlinear_output_error(record, split, arm, unknowns=UNKNOWNS, route="fastest")
