@@ -168,7 +168,7 @@ def paper(
     *,
     unknowns: Sequence[str] = PAPER_UNKNOWNS,
     q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
-    noise_std: float | None = None,
+    noise_std: float | Float[Array, ""] | None = None,
     method: str = "projection",
     allow_shared_lines: bool = False,
 ) -> Estimate:

@@ -141,13 +141,18 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
     s = plan.setting
     start = index * plan.chunk
     trials = np.arange(start, min(start + plan.chunk, s.trials))
-    set_of = parameter_set_of(trials, plan.sets)
+    # Every chunk runs at one width (the last one padded with copies of its last trial, dropped
+    # from the results): one compiled program per setting, and a trial's bits do not depend on how
+    # many trials share its chunk (XLA:CPU vectorises a batch of another width differently).
+    width = len(trials)
+    padded = np.concatenate([trials, np.full(min(plan.chunk, s.trials) - width, trials[-1])])
+    set_of = parameter_set_of(padded, plan.sets)
     sets = np.unique(set_of)
     arms, rec = cache.get(exp, plan, sets)
     local = jnp.asarray(np.searchsorted(sets, set_of))
     take = lambda tree: jax.tree.map(lambda x: x[local], tree)
     trial_arms = take(arms)
-    keys = jax.vmap(lambda i: trial_key(exp.seed, s.name, i))(jnp.asarray(trials))
+    keys = jax.vmap(lambda i: trial_key(exp.seed, s.name, i))(jnp.asarray(padded))
     spectral = s["noise_path"] == "spectral"
     if spectral:
         # Noisy lines drawn from each set's clean spectrum: no per-trial record in memory.
@@ -168,7 +173,7 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
     # Let nothing else run while an estimator does: two executions in flight at once can stall
     # jaxlib's batched LAPACK kernels on a CPU (docs/lapack-deadlock.md).
     jax.block_until_ready((noisy_s, nominal_s))
-    sim_status = np.asarray(rec.status)[np.asarray(local)]
+    sim_status = np.asarray(rec.status)[np.asarray(local)][:width]
     frames, timing, histories = [], {}, []
     for name in s["estimators"]:
         opts = dict(s["estimator_options"].get(name, {}))
@@ -188,9 +193,9 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
         jax.block_until_ready(est.value)
         seconds = time.perf_counter() - t0
         timing[name] = seconds
-        value = gather_processes(est.value, lo, hi, n)
-        cov = gather_processes(est.covariance, lo, hi, n)
-        status = gather_processes(est.status, lo, hi, n)
+        value = gather_processes(est.value, lo, hi, n)[:width]
+        cov = gather_processes(est.covariance, lo, hi, n)[:width]
+        status = gather_processes(est.status, lo, hi, n)[:width]
         std = np.sqrt(np.clip(np.diagonal(cov, axis1=-2, axis2=-1), 0, None))
         # A row is "ok" only with a finite estimate and a finite reported std: no table holds a NaN
         # without a status saying why.
@@ -206,14 +211,14 @@ def _run_chunk(exp: Experiment, plan: _SettingPlan, index: int, cache: _SetRecor
                     {
                         "setting": s.name,
                         "trial": trials,
-                        "param_set": set_of,
+                        "param_set": set_of[:width],
                         "estimator": name,
                         "parameter": par,
-                        "truth": truth[:, j],
+                        "truth": truth[:width, j],
                         "estimate": value[:, j],
                         "std": std[:, j],
                         "status": labels,
-                        "seconds": seconds / len(trials),
+                        "seconds": seconds / len(padded),
                     }
                 )
             )
