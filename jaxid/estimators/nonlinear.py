@@ -55,15 +55,15 @@ from ..derivatives import DETECTION_THRESHOLD, default_cutoff, periodic_derivati
 from ..excitation import Multisine
 from ..integrate import applied_offset
 from ..linalg import lstsq
-from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, holding_torque, regressor, validate_unknowns
+from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, regressor, validate_unknowns
 from ..simulation import Record, steps_per_period
 from ..steady_state import (
     period_map,
     period_sensitivities,
-    periodic_steady_state,
     torque_table,
 )
 from .base import CONVERGED, ESTIMATORS, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
+from .nonlinear_bound import nonlinear_crlb, nonlinear_fisher
 from .nonlinear_coarse import _COST_ROUNDING, _FD_STEP, _LAMBDA_MAX, _LAMBDA_MIN, _coarse_fit, _coarsening, _hermite  # noqa: F401 (_hermite: tests)
 
 __all__ = [
@@ -481,81 +481,3 @@ def nonlinear_output_error(
     )
     history = jnp.where(jnp.isnan(state["history"]), state["theta"], state["history"])
     return Estimate(state["theta"], covariance, status.astype(jnp.int32), unknowns, history)
-
-
-def nonlinear_fisher(
-    arm: TwoLinkArm,
-    excitation: Multisine,
-    unknowns: Sequence[str],
-    noise_std: float | Float[Array, ""],
-    *,
-    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
-    sample_step: float = 0.01,
-    measured_periods: int = 1,
-    substeps: int = 1,
-    fit_offset: bool = True,
-) -> Float[Array, "p p"]:
-    """Fisher information of ``unknowns`` from ``measured_periods`` periods of angle samples.
-
-    ``F = P Jᵀ J / σ²`` with ``J = d q(nΔ) / d θ`` the ``(2N, p)`` Jacobian of the nonlinear
-    periodic steady state (forward-mode autodiff through one period, reduced to the periodic
-    orbit), for independent Gaussian noise of standard deviation ``noise_std`` [rad] on every
-    sample. With ``fit_offset`` each joint's mean is a nuisance (as in ``nonlinear_output_error``).
-    Traceable in ``arm``, the excitation's amplitudes/phases/scale and ``noise_std``.
-    """
-    unknowns = validate_unknowns(unknowns, PARAMETER_NAMES)
-    if not (isinstance(measured_periods, int) and measured_periods >= 1):
-        raise ValueError(f"measured_periods must be a positive integer, got {measured_periods!r}.")
-    n_per = steps_per_period(excitation.period, sample_step)
-    orbit = periodic_steady_state(arm, excitation, q0=q0, sample_step=sample_step, substeps=substeps)
-    torque = torque_table(
-        excitation, holding_torque(arm, jnp.asarray(q0, dtype=float)), sample_step=sample_step, substeps=substeps
-    )
-    sens = period_sensitivities(
-        arm,
-        unknowns,
-        arm.parameter_vector(unknowns),
-        jax.lax.stop_gradient(orbit.initial_state),
-        torque,
-        samples_per_period=n_per,
-        substeps=substeps,
-    )
-    jac = sens.jacobian
-    if fit_offset:
-        jac = jac - jnp.mean(jac, axis=0)
-    jac = jac.reshape(-1, len(unknowns))
-    return measured_periods * (jac.T @ jac) / jnp.asarray(noise_std, dtype=float) ** 2
-
-
-def nonlinear_crlb(
-    arm: TwoLinkArm,
-    excitation: Multisine,
-    unknowns: Sequence[str],
-    noise_std: float | Float[Array, ""],
-    *,
-    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
-    sample_step: float = 0.01,
-    measured_periods: int = 1,
-    substeps: int = 1,
-    fit_offset: bool = True,
-) -> Float[Array, "p p"]:
-    """Cramér–Rao bound ``F⁻¹`` (``(p, p)`` covariance) for the nonlinear model; see ``nonlinear_fisher``.
-
-    The square roots of its diagonal are the smallest standard deviations an unbiased estimator
-    of ``unknowns`` can reach from this experiment with Gaussian angle noise ``noise_std`` [rad].
-    """
-    from ..crlb import cramer_rao_bound  # crlb imports the estimators package
-
-    return cramer_rao_bound(
-        nonlinear_fisher(
-            arm,
-            excitation,
-            unknowns,
-            noise_std,
-            q0=q0,
-            sample_step=sample_step,
-            measured_periods=measured_periods,
-            substeps=substeps,
-            fit_offset=fit_offset,
-        )
-    )
