@@ -6,7 +6,9 @@
   and against the diffrax RK4 path (the same discrete dynamics through diffrax's ``solver.step``:
   equal to rounding, far below the 1e-8 discretisation error that a different step would show);
 - the recorded torque: the torque the integrator applied (``torque_grid`` rows, bit for bit), equal
-  to the analytic multisine at the record's times, whatever the trial's number of discarded periods.
+  to the analytic multisine at the record's times, whatever the trial's number of discarded periods;
+- the CPU compiler options of the batch runner: passed unless ``XLA_FLAGS`` sets them or an outer
+  ``jit`` traces the call (where JAX refuses them), with the same record either way.
 
 The workload is the benchmark's: the point-mass arm under the Table 2 multisine (T = 100 s),
 Δ = 0.01 s, float64, masses spread so the trials differ.
@@ -107,3 +109,27 @@ def test_recorded_torque_is_the_applied_torque(setting, fast):
     analytic = offset[:, None, :] + np.asarray(jax.vmap(excitation.torque)(fast.t))
     np.testing.assert_allclose(np.asarray(fast.tau), analytic, rtol=0, atol=1e-11)
     np.testing.assert_array_equal(np.asarray(fast.t[1, 0]), 2 * excitation.period)
+
+
+def test_cpu_compiler_options_yield_to_xla_flags_and_outer_jit(monkeypatch):
+    from jaxid import batch
+
+    x = jnp.ones(2)
+    monkeypatch.setattr(batch, "CPU_COMPILER_OPTIONS", {"xla_cpu_prefer_vector_width": "512"})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    expected = (("xla_cpu_prefer_vector_width", "512"),) if jax.default_backend() == "cpu" else ()
+    assert batch.compiler_options(x) == expected
+    # The user's XLA_FLAGS win: the option is then not passed at all.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2 --xla_cpu_prefer_vector_width=256")
+    assert batch.compiler_options(x) == ()
+    monkeypatch.setenv("XLA_FLAGS", "")
+    # Under an outer jit (compiler options are accepted only at the top level) none are passed, and
+    # simulate_batch runs there with the same result as at the top level.
+    seen = []
+    jax.jit(lambda y: seen.append(batch.compiler_options(y)) or y)(x)
+    assert seen == [()]
+    excitation = jaxid.table2("split", fundamental=2 * np.pi * 0.1)  # a 10-s period: a cheap record
+    arms = jax.vmap(lambda m: jaxid.point_mass(masses=m))(jnp.array([[5.0, 1.5], [4.5, 1.6]]))
+    top = jaxid.simulate_batch(arms, excitation, discard_periods=1)
+    inner = jax.jit(lambda a: jaxid.simulate_batch(a, excitation, discard_periods=1).q)(arms)
+    np.testing.assert_allclose(np.asarray(inner), np.asarray(top.q), rtol=0, atol=1e-13)
