@@ -33,7 +33,7 @@ from .linearisation import LinearArm, linearise
 from .model import TwoLinkArm, forward_dynamics, holding_torque
 from .types import Record, Status
 
-__all__ = ["trajectory", "RUNAWAY"]
+__all__ = ["trajectory", "fast_rates", "RUNAWAY"]
 
 #: A state this large (rad or rad/s) is treated as a runaway trajectory (``DIVERGED``).
 RUNAWAY = 1e4
@@ -83,16 +83,30 @@ def _trig_parts(q1: Array, q2: Array) -> tuple[Array, ...]:
     return sincos_parts(q1) + sincos_parts(q2)
 
 
-def _nonlinear_rates(arm: TwoLinkArm):
-    """``f(y, tau, pred)`` by the model's ``forward_dynamics``; ``y = (q1, q2, q1', q2')``.
+def fast_rates(arm: TwoLinkArm):
+    """The nonlinear arm's rates laid out for a fast fixed-step loop: ``f(y, tau, pred) -> y'``.
 
-    ``pred`` is an unbatched boolean that is always true but unknown to XLA. Two ``lax.cond(pred,
-    …)`` make XLA materialise what it would otherwise recompute in every consumer (XLA:CPU's
-    fusion duplicates elementwise producers into each fused consumer): the sine/cosine kernel
-    polynomials of the stage (``sincos_parts``; only the cheap quadrant step is fused into the
-    dynamics), and the two accelerations (otherwise the whole dynamics is re-evaluated inside each
-    RK4 stage update and again in the final combination). Measured: ~1.5-2.5x faster per step than
-    one ``lax.cond`` around ``sincos`` alone.
+    The one fast-rates kernel (the simulator's RK4 path and ``steady_state.period_states`` use it)
+    over the model's ``forward_dynamics``: no second copy of the physics. Use it as
+    ``rk4_step(lambda y, tau: f(y, tau, n >= 0), y, stage_torques, h)`` inside a ``lax.scan`` over
+    the step index ``n``.
+
+    Args of ``f``:
+        y: the state as a tuple of four arrays ``(q1, q2, q1', q2')`` [rad, rad/s] (under ``vmap``
+            four contiguous ``(B,)`` vectors, which XLA vectorises better than a strided ``(B, 4)``).
+        tau: ``(2,)`` applied torque [N m] at the stage time.
+        pred: an **unbatched** boolean scalar that is always true but unknown to the compiler,
+            e.g. ``n >= 0`` for the scan's step index ``n``.
+
+    Returns ``(q1', q2', q1'', q2'')``, equal to ``forward_dynamics`` to rounding (the sines and
+    cosines by ``jaxid.integrate.sincos``, within 1 ulp of ``jnp.sin``/``jnp.cos``).
+
+    Why ``pred``: two ``lax.cond(pred, …)`` make XLA materialise what it would otherwise recompute
+    in every consumer (XLA:CPU's fusion duplicates elementwise producers into each fused consumer):
+    the sine/cosine kernel polynomials of the stage (``sincos_parts``; only the cheap quadrant step
+    is fused into the dynamics), and the two accelerations (otherwise the whole dynamics is
+    re-evaluated inside each RK4 stage update and again in the final combination). Measured:
+    ~1.5-2.5x faster per step than one ``lax.cond`` around ``sincos`` alone.
     """
 
     def trig(q, pred):
@@ -286,7 +300,7 @@ def trajectory(
             system, torque, y0, t_meas, period, discard_periods, measured_periods, rtol, atol, max_steps
         )
     elif solver == "rk4":
-        rates = _linear_rates(system) if model == "linear" else _nonlinear_rates(system)
+        rates = _linear_rates(system) if model == "linear" else fast_rates(system)
         grid = torque_grid(excitation, h, n_per * substeps)
         boundaries, q, peak = _fast_rk4(
             rates, y0, grid, offset, excitation.scale, h, substeps, n_per, discard_periods, measured_periods
