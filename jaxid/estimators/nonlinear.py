@@ -320,6 +320,7 @@ def nonlinear_output_error(
         coarse_torque = torque_table(excitation, offset, sample_step=coarsening * record.sample_step, substeps=substeps)
         return _coarse_fit(
             data,
+            jnp.concatenate([jnp.mean(data, axis=0) + q_ac, qd], axis=1),
             lead_state,
             torque,
             coarse_torque,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .. import linalg
-from ..steady_state import period_states
+from ..steady_state import _rk4_step, period_states
 from .base import CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR, Estimate
 
 #: Levenberg–Marquardt damping range (shared with the other routes).
@@ -30,6 +30,12 @@ _FD_STEP = 1.5e-8
 _CORRECTION_STD = 3.0
 #: The coarse-grid phase ends once every step is below this many standard errors.
 _SWITCH_STD = 1.0
+#: A start whose coarse orbit's periodicity defect after the lead-in exceeds this (rad, rad/s) is
+#: not on the data's periodic orbit; the multiple-shooting fit then gives the start.
+_START_DEFECT = 1e-2
+#: Multiple-shooting start: segment length [s] and iterations at most.
+_SEGMENT_SECONDS = 2.0
+_SEGMENT_ITERATIONS = 10
 
 
 def _coarsening(coarse_step, sample_step: float, n_per: int) -> int:
@@ -62,8 +68,96 @@ def _hermite(nodes: Array, slopes: Array, spacing: float, factor: int) -> Array:
     return out.reshape(-1, *nodes.shape[1:])
 
 
+def _segment_fit(data, data_states, torque, nominal, unknowns, theta0, *, needed, substeps, segment, fit_offset):
+    """Multiple-shooting start: fit ``θ`` to short segments, each started from the data's state.
+
+    ``data`` ``(M, 2)`` angles and ``data_states`` ``(M, 4)`` filtered states ``(q, q')`` on the
+    coarse grid of ``torque``. Segments of ``segment`` steps start at every ``segment``-th node from
+    the data's state there, so no segment can drift to another orbit. Levenberg–Marquardt with
+    forward differences, at most ``_SEGMENT_ITERATIONS`` iterations, until the step is below one
+    standard error; a ``while_loop`` that makes no pass unless ``needed`` (under ``vmap``: unless
+    some trial needs it). Returns ``θ`` (``theta0`` where not needed or not improved).
+    """
+    p = len(unknowns)
+    n_seg = data.shape[0] // segment
+    starts = data_states[: n_seg * segment : segment]
+    target = jnp.roll(data, -1, axis=0)[: n_seg * segment].reshape(n_seg, segment, 2)
+    dof = max(1, 2 * n_seg * segment - p)
+
+    def segments(theta):
+        arm = nominal.with_parameters(unknowns, theta)
+
+        def one(x, j):
+            def node(y, i):
+                for s in range(substeps):
+                    y = _rk4_step(arm, torque, y, (j * segment + i) * substeps + s)
+                return y, y[:2]
+
+            return jax.lax.scan(node, x, jnp.arange(segment))[1]
+
+        return jax.vmap(one)(starts, jnp.arange(n_seg))
+
+    def residual(q):
+        r = (target - q).reshape(-1, 2)
+        return r - jnp.mean(r, axis=0) if fit_offset else r
+
+    def evaluate(theta):
+        h = _FD_STEP * jnp.abs(theta)
+        qs = jax.vmap(segments)(jnp.concatenate([theta[None], theta + jnp.diag(h)]))
+        r = residual(qs[0]).reshape(-1)
+        jac = jax.vmap(lambda q, hj: (residual(q) - residual(qs[0])).reshape(-1) / -hj)(qs[1:], h).T
+        cost = 0.5 * jnp.dot(r, r)
+        a, g = jac.T @ jac, jac.T @ r
+        ok = jnp.isfinite(cost) & jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(g))
+        return jnp.where(ok, cost, jnp.inf), a, g
+
+    def cond(s):
+        return s["go"] & (s["iterations"] < _SEGMENT_ITERATIONS)
+
+    def body(s):
+        theta_c = s["theta"] + linalg.solve(s["a"] + s["lam"] * jnp.diag(jnp.diag(s["a"])), s["g"])
+        cost, a, g = evaluate(theta_c)
+        accept = cost <= s["cost"]
+        new = {
+            key: jnp.where(accept, value, s[key])
+            for key, value in (("theta", theta_c), ("cost", cost), ("a", a), ("g", g))
+        }
+        new["lam"] = jnp.clip(jnp.where(accept, s["lam"] / 3, s["lam"] * 10), _LAMBDA_MIN, _LAMBDA_MAX)
+        gn = linalg.solve(new["a"], new["g"])
+        std = jnp.sqrt(2 * new["cost"] / dof * jnp.abs(jnp.diag(linalg.inverse(new["a"]))))
+        new["go"] = s["go"] & ~jnp.all(jnp.abs(gn) <= std) & jnp.isfinite(new["cost"]) & (new["lam"] < _LAMBDA_MAX)
+        new["iterations"] = s["iterations"] + 1
+        return new
+
+    def first(_):
+        cost, a, g = evaluate(theta0)
+        return dict(
+            theta=theta0,
+            cost=cost,
+            a=a,
+            g=g,
+            lam=jnp.asarray(1e-4),
+            go=needed & jnp.isfinite(cost),
+            iterations=jnp.asarray(0),
+        )
+
+    # The first evaluation also sits inside a loop that runs once only where needed.
+    init = dict(
+        theta=theta0,
+        cost=jnp.asarray(jnp.inf),
+        a=jnp.eye(p),
+        g=jnp.zeros(p),
+        lam=jnp.asarray(1e-4),
+        go=needed,
+        iterations=jnp.asarray(-1),
+    )
+    state = jax.lax.while_loop(lambda s: s["go"] & (s["iterations"] < 0), first, init)
+    return jax.lax.while_loop(cond, body, state)["theta"]
+
+
 def _coarse_fit(
     data,
+    data_states,
     x_lead,
     torque,
     coarse_torque,
@@ -110,6 +204,7 @@ def _coarse_fit(
         dfine = jax.vmap(lambda x: _hermite(x[:, :2], x[:, 2:], k * sample_step, k))(
             (nodes[1:] - nodes[0]) / h[:, None, None]
         )
+        defect = jnp.max(jnp.abs(ends[0] - states[0, 0]))
         z_next = states[:, n_c - lead_c]
         w_next = states[:, n_c - lead_f // k]
         return (
@@ -119,6 +214,7 @@ def _coarse_fit(
             (z_next[1:] - z_next[0]).T / h,
             w_next[0],
             (w_next[1:] - w_next[0]).T / h,
+            jnp.where(jnp.isfinite(defect), defect, jnp.inf),
         )
 
     def normal(q, jac):
@@ -154,8 +250,28 @@ def _coarse_fit(
         s["lam"] = jnp.clip(jnp.where(accept, s["lam"] / 3, s["lam"] * 10), _LAMBDA_MIN, _LAMBDA_MAX)
         return s
 
-    # Phase 1: Levenberg-Marquardt on the coarse grid (p + 1 coarse periods per iteration).
-    q, jac, z, gain, w, w_gain = coarse(theta0, x_lead, jnp.zeros((4, p)))
+    # Phase 1: Levenberg-Marquardt on the coarse grid (p + 1 coarse periods per iteration). If the
+    # start's orbit does not close after the lead-in (e.g. a link goes over the top once a period:
+    # defect 2π), the start is not near the periodic orbit the data are on: the multiple-shooting
+    # fit on short segments then gives the start (loops that make no pass unless needed).
+    first = coarse(theta0, x_lead, jnp.zeros((4, p)))
+    needed = ~(first[-1] <= _START_DEFECT)
+    theta0 = _segment_fit(
+        data[::k],
+        data_states[::k],
+        coarse_torque,
+        nominal,
+        unknowns,
+        theta0,
+        needed=needed,
+        substeps=substeps,
+        segment=max(1, round(_SEGMENT_SECONDS / (k * sample_step))),
+        fit_offset=fit_offset,
+    )
+    _, first = jax.lax.while_loop(
+        lambda c: c[0], lambda c: (jnp.asarray(False), coarse(theta0, x_lead, jnp.zeros((4, p)))), (needed, first)
+    )
+    q, jac, z, gain, w, w_gain, _ = first
     cost, a, g = normal(q, jac)
     state = propose(
         dict(
@@ -180,7 +296,7 @@ def _coarse_fit(
         return ~small(s, _SWITCH_STD) & ~s["failed"] & (s["iterations"] < max_iterations - 1)
 
     def coarse_body(s):
-        q, jac, z, gain, w, w_gain = coarse(s["theta_c"], s["z_c"], s["gain"])
+        q, jac, z, gain, w, w_gain, _ = coarse(s["theta_c"], s["z_c"], s["gain"])
         cost, a, g = normal(q, jac)
         ok = finite(cost, a, g, z, gain)
         cost = jnp.where(ok, cost, jnp.inf)
