@@ -151,6 +151,13 @@ def _linear_rates(lin: LinearArm):
     return rates
 
 
+def _record_block(n_per: int, largest: int = 256) -> int:
+    # Samples per record block: the largest divisor of N up to ``largest`` (250 for N = 10 000), or
+    # the whole period when N has no divisor of a useful size.
+    block = max(d for d in range(1, min(n_per, largest) + 1) if n_per % d == 0)
+    return block if block >= 16 else n_per
+
+
 def _fast_rk4(rates, y0, grid, offset, scale, h, substeps, n_per, discard_periods, measured_periods):
     """Integrate from ``y0``; return ``(boundaries (P + 2, 4), q (P · N, 2), max |q|)``.
 
@@ -183,17 +190,30 @@ def _fast_rk4(rates, y0, grid, offset, scale, h, substeps, n_per, discard_period
         peak = jnp.maximum(peak, jnp.maximum(jnp.abs(y[0]), jnp.abs(y[1])))
         return (y1, peak), jnp.stack(y[:2])
 
-    samples = (grid.reshape(n_per, substeps, 3, 2), index.reshape(n_per, substeps))
+    # The record is written in blocks of samples into a carried (P · N, 2) buffer: under vmap the
+    # buffer is (B, P · N, 2), the final layout, and each block is transposed from the scan's
+    # (block, B, 2) while it is in cache (stacking the samples as scan outputs gave (P · N, B, 2) and
+    # one transpose of the whole record afterwards).
+    block = _record_block(n_per)
+    n_blocks = n_per // block
+    samples = (grid.reshape(n_blocks, block, substeps, 3, 2), index.reshape(n_blocks, block, substeps))
 
-    def measure_period(carry, _):
-        carry, q = jax.lax.scan(sample, carry, samples)
-        return carry, (q, jnp.stack(carry[0]))
+    def measure_block(j, carry):
+        y, peak, q, p = carry
+        (y, peak), q_block = jax.lax.scan(sample, (y, peak), jax.tree.map(lambda x: x[j], samples))
+        q = jax.lax.dynamic_update_slice(q, q_block, ((p * n_blocks + j) * block, 0))
+        return y, peak, q, p
 
-    (y_last, peak), (q, bound_meas) = jax.lax.scan(
-        measure_period, (y, jnp.zeros_like(y[0])), None, length=measured_periods
+    def measure_period(carry, p):
+        y, peak, q, _ = jax.lax.fori_loop(0, n_blocks, measure_block, (*carry, p))
+        return (y, peak, q), jnp.stack(y)
+
+    record = jnp.zeros((measured_periods * n_per, 2), dtype=y[0].dtype)
+    (y_last, peak, q), bound_meas = jax.lax.scan(
+        measure_period, (y, jnp.zeros_like(y[0]), record), jnp.arange(measured_periods)
     )
     boundaries = jnp.concatenate([jnp.stack(prev)[None], jnp.stack(y)[None], bound_meas], axis=0)
-    return boundaries, q.reshape(-1, 2), peak
+    return boundaries, q, peak
 
 
 # -- diffrax paths -------------------------------------------------------------------------------
