@@ -20,7 +20,9 @@ Integration paths (all fixed-step paths step ``h = Δ / substeps`` exactly on th
   stage make XLA materialise the kernel polynomials and the two accelerations once — XLA's CPU
   fusion otherwise recomputes them inside every consumer, the dynamics in each stage update and
   again in the final combination. The recorded torque is one period's unit multisine, shared by the
-  batch, and the status reads the largest ``|q|`` tracked during the integration.
+  batch; the angles are written in blocks of samples straight into the record's ``(B, N, 2)``
+  layout; the status reads the largest ``|q|`` tracked during the integration; and on CPU
+  ``simulate_batch`` compiles with 512-bit vectors (``jaxid.batch.CPU_COMPILER_OPTIONS``).
 - ``solver="diffrax-rk4"`` / ``"tsit5"``: the same fixed steps through diffrax's ``solver.step``
   (``jaxid.integrate.RK4`` with the stage torques of the same grid, or ``diffrax.Tsit5``), for
   comparison; ``tsit5`` evaluates the multisine at its own stage times.
@@ -193,9 +195,11 @@ def simulate_batch(
 
     Each device runs its share of the trials ``chunk_size`` at a time (``lax.map`` over
     ``vmap``-ed chunks). On CPU wider chunks amortise the per-operation overhead of XLA's loop
-    (about 75 small kernels per RK4 step) and 2048 and more fall out of cache: at batch 1024 on two
-    devices a chunk of 512 measured ~1.3x faster per trial than 128 (``scripts/bench_simulate.py``).
-    The chunk size changes results by rounding at most.
+    (about 64 small kernels per RK4 step) and 2048 and more fall out of cache: a chunk of 512
+    measured ~1.3x faster per trial than 128 (``scripts/bench_simulate.py``). The chunk size
+    changes results by rounding at most. On CPU the call is compiled with
+    ``jaxid.batch.CPU_COMPILER_OPTIONS`` (512-bit vectors, ~1.5x per trial where the processor has
+    AVX-512) unless ``XLA_FLAGS`` sets the same option or an outer ``jit`` traces the call.
 
     Args:
         arms: an arm with a leading batch axis ``B`` on every field (e.g.
