@@ -195,7 +195,7 @@ def simulate_batch(
 
     Each device runs its share of the trials ``chunk_size`` at a time (``lax.map`` over
     ``vmap``-ed chunks). On CPU wider chunks amortise the per-operation overhead of XLA's loop
-    (about 64 small kernels per RK4 step) and 2048 and more fall out of cache: a chunk of 512
+    (about 56 small kernels per RK4 step) and 2048 and more fall out of cache: a chunk of 512
     measured ~1.3x faster per trial than 128 (``scripts/bench_simulate.py``). The chunk size
     changes results by rounding at most. On CPU the call is compiled with
     ``jaxid.batch.CPU_COMPILER_OPTIONS`` (512-bit vectors, ~1.5x per trial where the processor has
