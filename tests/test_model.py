@@ -65,22 +65,41 @@ def _random_arm(rng):
 ARMS = {"point_mass": jaxid.point_mass, "table1": jaxid.table1, "random": lambda: _random_arm(np.random.default_rng(7))}
 
 
+@jax.jit
+def _reference_terms(arm, q, qd):
+    """The independent derivation, compiled (one program, not one kernel per eager operation)."""
+    return (*_lagrangian_terms(arm, q, qd), _kinetic(arm, q, qd) + _potential(arm, q))
+
+
+@jax.jit
+def _package_terms(arm, q, qd, tau, qdd):
+    """The package's dynamics functions at one state, compiled together."""
+    return (
+        jaxid.mass_matrix(arm, q),
+        jaxid.coriolis_forces(arm, q, qd),
+        jaxid.gravity_torque(arm, q),
+        jaxid.forward_dynamics(arm, q, qd, tau),
+        jaxid.inverse_dynamics(arm, q, qd, qdd),
+        jaxid.energy(arm, q, qd),
+    )
+
+
 @pytest.mark.parametrize("name", list(ARMS))
 def test_dynamics_match_lagrangian(name):
     arm = ARMS[name]()
     rng = np.random.default_rng(0)
     for _ in range(5):
         q, qd, tau = rng.uniform(-3, 3, 2), rng.uniform(-2, 2, 2), rng.uniform(-10, 10, 2)
-        mass, velocity_terms, gravity = _lagrangian_terms(arm, jnp.asarray(q), jnp.asarray(qd))
-        np.testing.assert_allclose(jaxid.mass_matrix(arm, q), mass, rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(jaxid.coriolis_forces(arm, q, qd), velocity_terms, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(jaxid.gravity_torque(arm, q), gravity, rtol=1e-13, atol=1e-12)
+        mass, velocity_terms, gravity, total = (np.asarray(x) for x in _reference_terms(arm, q, qd))
         friction = arm.friction * qd
         qdd = np.linalg.solve(mass, tau - velocity_terms - gravity - friction)
-        np.testing.assert_allclose(jaxid.forward_dynamics(arm, q, qd, tau), qdd, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(jaxid.inverse_dynamics(arm, q, qd, qdd), tau, rtol=1e-12, atol=1e-11)
-        total = _kinetic(arm, jnp.asarray(q), jnp.asarray(qd)) + _potential(arm, jnp.asarray(q))
-        np.testing.assert_allclose(jaxid.energy(arm, q, qd), total, rtol=1e-13, atol=1e-12)
+        got = _package_terms(arm, q, qd, tau, qdd)
+        np.testing.assert_allclose(got[0], mass, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(got[1], velocity_terms, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[2], gravity, rtol=1e-13, atol=1e-12)
+        np.testing.assert_allclose(got[3], qdd, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[4], tau, rtol=1e-12, atol=1e-11)
+        np.testing.assert_allclose(got[5], total, rtol=1e-13, atol=1e-12)
 
 
 def test_dynamics_batch_and_jit(arm):
