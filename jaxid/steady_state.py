@@ -21,8 +21,8 @@ integrating the transient away (``simulate``), this module solves for the orbit 
   nonlinear output-error estimator and its Cramér–Rao bound are built on it.
 - **States with a lead-in.** ``period_states`` integrates from a state some samples *before*
   ``t = 0`` (the torque is periodic) and returns every state of the period: a start-state error
-  decays during the lead-in. The fast layout of the simulator (four scalars, one ``sincos`` per
-  stage); the coarse route of ``nonlinear_oe`` runs it on a coarse and on the full grid.
+  decays during the lead-in. The simulator's fast rates kernel (``jaxid.trajectory.fast_rates``);
+  the coarse route of ``nonlinear_oe`` runs it on a coarse and on the full grid.
 
 The applied torque ``tau(t) = offset + u(t)`` is **known** (it is what the experimenter applied);
 ``offset`` is passed explicitly and is never differentiated with the parameters. At
@@ -44,10 +44,11 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from . import linalg
 from .excitation import Multisine
-from .integrate import rk4_step, sincos, torque_grid
+from .integrate import rk4_step, torque_grid
 from .linearisation import linearise
 from .model import TwoLinkArm, forward_dynamics, holding_torque, validate_unknowns
 from .phasors import respond, synthesise
+from .trajectory import fast_rates
 from .types import steps_per_period
 
 __all__ = [
@@ -283,12 +284,6 @@ def period_sensitivities(
     )
 
 
-def _sincos_pair(q: tuple[Array, Array]) -> tuple[Array, Array, Array, Array]:
-    s1, c1 = sincos(q[0])
-    s2, c2 = sincos(q[1])
-    return s1, c1, s2, c2
-
-
 def period_states(
     arm: TwoLinkArm,
     torque: TorqueTable,
@@ -305,23 +300,14 @@ def period_states(
     ``period_map``. Returns ``(x, x(T))``: ``x`` the ``(N, 4)`` states ``(q, q')`` at ``t = nΔ``
     and the state after the period. The lead-in lets a start-state error decay before the
     recorded window (by ``|Φ_x|`` over a period for this arm, ~1e-10 per 100 s), so
-    ``x[N − lead_in]`` of one call is the warm start of the next. The state is carried as four
-    scalars and a stage's sines and cosines are evaluated once (``jaxid.integrate.sincos``, within
-    1 ulp of ``jnp.sin``; behind a ``lax.cond`` so XLA evaluates them once per stage), as in the
-    simulator's fast path; ``vmap`` it over trials and parameter lanes.
+    ``x[N − lead_in]`` of one call is the warm start of the next. The rates are the simulator's
+    fast kernel (``jaxid.trajectory.fast_rates``: the state as four scalars, equal to
+    ``forward_dynamics`` to rounding); ``vmap`` it over trials and parameter lanes.
     """
     y0 = jnp.asarray(initial_state, dtype=float)
     n_steps = samples_per_period * substeps
 
-    def rates(y, tau, pred):
-        q1, q2, v1, v2 = y
-
-        def trig(q):
-            s1, c1, s2, c2 = jax.lax.cond(pred, _sincos_pair, _sincos_pair, (q[..., 0], q[..., 1]))
-            return jnp.stack([s1, s2], -1), jnp.stack([c1, c2], -1)
-
-        acc = forward_dynamics(arm, jnp.stack([q1, q2], -1), jnp.stack([v1, v2], -1), tau, sincos=trig)
-        return v1, v2, acc[..., 0], acc[..., 1]
+    rates = fast_rates(arm)
 
     def step(y, n):
         return rk4_step(lambda y, tau: rates(y, tau, n >= 0), y, torque(n), torque.step)

@@ -15,14 +15,20 @@ Model. For parameters ``θ`` (the values of ``unknowns``; the rest from ``nomina
 ``simulate(solver="rk4")`` (``jaxid.steady_state``). The applied torque is known: its mean over
 the record is the holding offset ``tau0``.
 
-Fit. Gauss-Newton / Levenberg-Marquardt on ``½ Σ_n ‖ȳ_n − q(nΔ; θ)‖²`` jointly with Newton
-shooting for the orbit's initial state ``x0``: every iteration integrates **one** period with
-``4 + p`` forward-mode tangents and takes, at once, the Newton step for ``x0`` and the LM step for
-``θ`` along the periodic manifold (``J = Q_θ + Q_x (I − Φ_x)⁻¹ Φ_θ``). This is a hand-written
-``lax.while_loop`` rather than ``optimistix.LevenbergMarquardt`` because the orbit's ``x0`` is
-warm-started from one iteration to the next; a nested ``optimistix`` root find per residual
-evaluation costs about four times as many period integrations. Marquardt's diagonal scaling,
-accept if the cost does not rise, ``λ ← λ/3`` on success and ``λ ← 10 λ`` on failure.
+Fit (default ``route="coarse"``). Levenberg-Marquardt on ``½ Σ_n ‖ȳ_n − q(nΔ; θ)‖²``, first on a
+coarse RK4 grid (``coarse_step``, 0.04 s): every iteration integrates ``p + 1`` coarse periods in
+one vmapped scan (``θ`` and forward differences), each started a quarter period early from the
+previous iterate's state (the start error decays before the recorded window: no shooting), and
+interpolates them to the samples; once the step is below one standard error, full-resolution
+periods give the exact residual and the Gauss-Newton step with the coarse Jacobian is taken. A
+start whose orbit does not close after the lead-in (at large amplitude a link may go over the top
+once a period) is first replaced by a multiple-shooting fit on 2-s segments, each started from the
+data's filtered state. ``route="shooting"``: every iteration integrates one period with ``4 + p``
+forward-mode tangents and takes, at once, the Newton step for the orbit's ``x0`` and the LM step
+for ``θ`` along the periodic manifold (``J = Q_θ + Q_x (I − Φ_x)⁻¹ Φ_θ``); 5-10× dearer. Both are
+hand-written ``lax.while_loop``\ s (warm starts from one iteration to the next) with Marquardt's
+diagonal scaling, accept if the cost does not rise, ``λ ← λ/3`` on success and ``λ ← 10 λ`` on
+failure.
 
 It starts from ``initial`` if given, else from the estimator named ``initial_estimator``
 (default the frequency-domain ML estimate ``"ml"``, falling back to ``"equation_error"``) when it
@@ -75,7 +81,7 @@ __all__ = [
 ]
 
 _WARM_TRUST = 1e-2
-ROUTES = ("shooting", "warm", "coarse")
+ROUTES = ("coarse", "shooting", "warm")
 
 
 def _check(record: Record, excitation: Multisine, unknowns) -> tuple[tuple[str, ...], int]:
@@ -195,7 +201,7 @@ def nonlinear_output_error(
     state_tolerance: float | Array = 1e-9,
     damping: float = 1e-4,
     derivative_cutoff: int | None = None,
-    route: str = "shooting",
+    route: str = "coarse",
     step_tolerance: float | None = None,
     jacobian: str = "forward",
     coarse_step: float = 0.04,
@@ -220,33 +226,28 @@ def nonlinear_output_error(
         derivative_cutoff: harmonic up to which ``q', q''`` are formed for the inverse-dynamics
             start (default ``jaxid.derivatives.default_cutoff``: ``4 ·`` the highest excited
             harmonic, at most ``N/4``).
-        route: ``"shooting"`` (default): every iteration relaxes the orbit one primal period and
-            integrates one period with ``4 + p`` tangents (Newton shooting + implicit
-            sensitivities); the start is the better of ``initial_estimator`` and the
-            inverse-dynamics fit, each relaxed one period. ``"warm"``: about 5× cheaper for arms
-            whose transient decays within a period (``|Φ_x| ≪ 1``, as the paper's): the start is
-            ``initial_estimator``'s estimate alone (no candidate costing, no relaxation), and every
-            iteration is **one** period with ``p`` tangents, warm-started in state and
-            sensitivity: the pass starts from the previous period's end state moved by the
-            first-order gain, and its tangents from the previous ``d x(T)/dθ``, so ``x0`` and
-            ``d x0/dθ`` converge to the periodic orbit's as ``Φ_x`` (a fixed-point iteration riding
-            on the Levenberg-Marquardt one; the defect test still applies). Near the optimum
-            (Gauss-Newton step below 1 % relative) every finite pass is accepted: the cost then
-            moves by the start state's O(step²) error more than by the step.
-            ``"coarse"``: 5-7× cheaper than ``"shooting"`` on the paper settings and the amplitude
-            sweep up to ×1, but failing at ×1.5 (``scripts/bench_nonlinear.py``;
-            ``docs/estimators.md``). Levenberg-Marquardt first on a
-            coarse RK4 grid (step ``coarse_step``): each iteration ``p + 1`` coarse periods
-            (``θ`` and forward differences), Hermite-interpolated to the samples, every period
-            starting a quarter period early from the previous iterate's state moved by its gain
+        route: ``"coarse"`` (default): Levenberg-Marquardt first on a coarse RK4 grid (step
+            ``coarse_step``): each iteration ``p + 1`` coarse periods (``θ`` and forward
+            differences), Hermite-interpolated to the samples, every period starting a quarter
+            period early from the previous iterate's state moved by its gain
             (``jaxid.steady_state.period_states``: the start error decays before the recorded
             window); once the step is below one standard error, one full-resolution period (half
             a period of lead-in) gives the exact residual and the Gauss-Newton step with the coarse
             Jacobian is taken (converged when that step is below three standard errors and the
             periodicity defect below ``state_tolerance``, else another full period). The optimum is
-            that of the exact residual with a Jacobian good to ~1e-5 relative: on the benchmark
-            records within 2 % of a standard error of ``"shooting"``'s. ``step_tolerance`` and
-            ``jacobian`` do not apply.
+            that of the exact residual with a Jacobian good to ~1e-5 relative. The start is
+            ``initial_estimator``'s estimate; if its coarse orbit's periodicity defect after the
+            lead-in exceeds ``1e-2`` (it is not on the data's orbit, e.g. a link goes over the top
+            once a period), a multiple-shooting fit on 2-s segments, each integrated from the
+            data's filtered state, replaces it. ``step_tolerance`` and ``jacobian`` do not apply.
+            ``"shooting"``: every iteration relaxes the orbit one primal period and integrates one
+            period with ``4 + p`` tangents (Newton shooting + implicit sensitivities); the start
+            is the better of ``initial_estimator`` and the inverse-dynamics fit, each relaxed one
+            period; 5-10× dearer than ``"coarse"`` (``scripts/bench_nonlinear.py``,
+            ``docs/estimators.md``). ``"warm"``: one period with ``p`` tangents per iteration,
+            warm-started in state and sensitivity (a fixed-point iteration for ``x0`` riding on
+            the Levenberg-Marquardt one; the defect test still applies); superseded by
+            ``"coarse"``, kept for comparison.
         step_tolerance: if set, also converged once every Gauss-Newton step component is below
             ``step_tolerance`` times its standard error (from the residuals): e.g. ``0.01`` stops
             when the optimisation error is 1 % of the statistical one. ``None`` (default): ``rtol``

@@ -112,10 +112,14 @@ def _segment_fit(data, data_states, torque, nominal, unknowns, theta0, *, needed
         return jnp.where(ok, cost, jnp.inf), a, g
 
     def cond(s):
-        return s["go"] & (s["iterations"] < _SEGMENT_ITERATIONS)
+        return s["go"] & (s["iterations"] <= _SEGMENT_ITERATIONS)
 
     def body(s):
-        theta_c = s["theta"] + linalg.solve(s["a"] + s["lam"] * jnp.diag(jnp.diag(s["a"])), s["g"])
+        # Pass 0 evaluates the start itself (a zero step). One loop for the start and the steps:
+        # an evaluation of the start outside the loop would run whether needed or not (XLA hoists
+        # loop-invariant work out of a loop).
+        step = linalg.solve(s["a"] + s["lam"] * jnp.diag(jnp.diag(s["a"])), s["g"])
+        theta_c = s["theta"] + jnp.where(s["iterations"] > 0, step, 0.0)
         cost, a, g = evaluate(theta_c)
         accept = cost <= s["cost"]
         new = {
@@ -129,29 +133,15 @@ def _segment_fit(data, data_states, torque, nominal, unknowns, theta0, *, needed
         new["iterations"] = s["iterations"] + 1
         return new
 
-    def first(_):
-        cost, a, g = evaluate(theta0)
-        return dict(
-            theta=theta0,
-            cost=cost,
-            a=a,
-            g=g,
-            lam=jnp.asarray(1e-4),
-            go=needed & jnp.isfinite(cost),
-            iterations=jnp.asarray(0),
-        )
-
-    # The first evaluation also sits inside a loop that runs once only where needed.
-    init = dict(
+    state = dict(
         theta=theta0,
         cost=jnp.asarray(jnp.inf),
         a=jnp.eye(p),
         g=jnp.zeros(p),
         lam=jnp.asarray(1e-4),
         go=needed,
-        iterations=jnp.asarray(-1),
+        iterations=jnp.asarray(0),
     )
-    state = jax.lax.while_loop(lambda s: s["go"] & (s["iterations"] < 0), first, init)
     return jax.lax.while_loop(cond, body, state)["theta"]
 
 
@@ -250,28 +240,8 @@ def _coarse_fit(
         s["lam"] = jnp.clip(jnp.where(accept, s["lam"] / 3, s["lam"] * 10), _LAMBDA_MIN, _LAMBDA_MAX)
         return s
 
-    # Phase 1: Levenberg-Marquardt on the coarse grid (p + 1 coarse periods per iteration). If the
-    # start's orbit does not close after the lead-in (e.g. a link goes over the top once a period:
-    # defect 2π), the start is not near the periodic orbit the data are on: the multiple-shooting
-    # fit on short segments then gives the start (loops that make no pass unless needed).
-    first = coarse(theta0, x_lead, jnp.zeros((4, p)))
-    needed = ~(first[-1] <= _START_DEFECT)
-    theta0 = _segment_fit(
-        data[::k],
-        data_states[::k],
-        coarse_torque,
-        nominal,
-        unknowns,
-        theta0,
-        needed=needed,
-        substeps=substeps,
-        segment=max(1, round(_SEGMENT_SECONDS / (k * sample_step))),
-        fit_offset=fit_offset,
-    )
-    _, first = jax.lax.while_loop(
-        lambda c: c[0], lambda c: (jnp.asarray(False), coarse(theta0, x_lead, jnp.zeros((4, p)))), (needed, first)
-    )
-    q, jac, z, gain, w, w_gain, _ = first
+    # Phase 1: Levenberg-Marquardt on the coarse grid (p + 1 coarse periods per iteration).
+    q, jac, z, gain, w, w_gain, defect0 = coarse(theta0, x_lead, jnp.zeros((4, p)))
     cost, a, g = normal(q, jac)
     state = propose(
         dict(
@@ -292,8 +262,33 @@ def _coarse_fit(
         )
     )
 
+    # A start whose coarse orbit does not close after the lead-in (e.g. a link goes over the top
+    # once a period: defect 2π) is not near the periodic orbit the data are on: the
+    # multiple-shooting fit on short segments then gives the start, which the first pass below
+    # evaluates (its loops make no pass unless some trial needs it).
+    needed = ~(defect0 <= _START_DEFECT)
+    restart = _segment_fit(
+        data[::k],
+        data_states[::k],
+        coarse_torque,
+        nominal,
+        unknowns,
+        theta0,
+        needed=needed,
+        substeps=substeps,
+        segment=max(1, round(_SEGMENT_SECONDS / (k * sample_step))),
+        fit_offset=fit_offset,
+    )
+    state["theta_c"] = jnp.where(needed, restart, state["theta_c"])
+    state["z_c"] = jnp.where(needed, x_lead, state["z_c"])
+    state["gain"] = jnp.where(needed, 0.0, state["gain"])
+    state["cost"] = jnp.where(needed, jnp.inf, state["cost"])
+    state["lam"] = jnp.where(needed, jnp.asarray(float(damping)), state["lam"])
+    state["failed"] = state["failed"] & ~needed
+    state["restart"] = needed
+
     def coarse_cond(s):
-        return ~small(s, _SWITCH_STD) & ~s["failed"] & (s["iterations"] < max_iterations - 1)
+        return (s["restart"] | ~small(s, _SWITCH_STD)) & ~s["failed"] & (s["iterations"] < max_iterations - 1)
 
     def coarse_body(s):
         q, jac, z, gain, w, w_gain, _ = coarse(s["theta_c"], s["z_c"], s["gain"])
@@ -303,6 +298,7 @@ def _coarse_fit(
         accept = ok & (cost <= s["cost"] * (1 + _COST_ROUNDING))
         values = dict(theta=s["theta_c"], jac=jac, z=z, gain=gain, w=w, w_gain=w_gain, cost=cost, a=a, g=g)
         s = accept_into(dict(s), accept, **values)
+        s["restart"] = jnp.asarray(False)
         return propose(s)
 
     state = jax.lax.while_loop(coarse_cond, coarse_body, state)
