@@ -26,7 +26,7 @@ once a period) is first replaced by a multiple-shooting fit on 2-s segments, eac
 data's filtered state. ``route="shooting"``: every iteration integrates one period with ``4 + p``
 forward-mode tangents and takes, at once, the Newton step for the orbit's ``x0`` and the LM step
 for ``θ`` along the periodic manifold (``J = Q_θ + Q_x (I − Φ_x)⁻¹ Φ_θ``); 5-10× dearer. Both are
-hand-written ``lax.while_loop``\ s (warm starts from one iteration to the next) with Marquardt's
+hand-written ``lax.while_loop`` loops (warm starts from one iteration to the next) with Marquardt's
 diagonal scaling, accept if the cost does not rise, ``λ ← λ/3`` on success and ``λ ← 10 λ`` on
 failure.
 
