@@ -60,6 +60,7 @@ __all__ = [
     "periodic_steady_state",
     "period_sensitivities",
     "period_states",
+    "rk4_table_step",
 ]
 
 
@@ -100,8 +101,10 @@ def torque_table(
     return TorqueTable(grid, jnp.asarray(offset, dtype=float), excitation.scale, h)
 
 
-def _rk4_step(arm: TwoLinkArm, torque: TorqueTable, y: Array, n: Array) -> Array:
-    # One RK4 step over [n h, (n + 1) h] (jaxid.integrate.rk4_step, the simulator's step).
+def rk4_table_step(arm: TwoLinkArm, torque: TorqueTable, y: Array, n: Array) -> Array:
+    """One RK4 step of the ``(4,)`` state ``y = (q, q')`` over ``[n h, (n + 1) h]`` with the table's
+    stage torques (``jaxid.integrate.rk4_step``, the simulator's step; ``n`` wraps per period)."""
+
     def f(y, tau):
         return jnp.concatenate([y[2:], forward_dynamics(arm, y[:2], y[2:], tau)])
 
@@ -126,7 +129,7 @@ def period_map(
 
     def sample(y, i):
         def step(y, n):
-            return _rk4_step(arm, torque, y, n), None
+            return rk4_table_step(arm, torque, y, n), None
 
         y1, _ = jax.lax.scan(step, y, i * substeps + jnp.arange(substeps))
         return y1, y[:2]

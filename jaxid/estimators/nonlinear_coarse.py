@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .. import linalg
-from ..steady_state import _rk4_step, period_states
+from ..steady_state import period_states, rk4_table_step
 from .base import CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR, Estimate
 
 #: Levenberg–Marquardt damping range (shared with the other routes).
@@ -90,7 +90,7 @@ def _segment_fit(data, data_states, torque, nominal, unknowns, theta0, *, needed
         def one(x, j):
             def node(y, i):
                 for s in range(substeps):
-                    y = _rk4_step(arm, torque, y, (j * segment + i) * substeps + s)
+                    y = rk4_table_step(arm, torque, y, (j * segment + i) * substeps + s)
                 return y, y[:2]
 
             return jax.lax.scan(node, x, jnp.arange(segment))[1]
