@@ -16,6 +16,8 @@ The workload is the benchmark's: the point-mass arm under the Table 2 multisine 
 Δ = 0.01 s, float64, masses spread so the trials differ.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,14 +69,19 @@ def test_fast_rates_equal_the_model_dynamics():
     tau = rng.uniform(-5.0, 5.0, (64, 2))
 
     @jax.jit
-    @jax.vmap
-    def fast(arm, y, tau):
-        return jnp.stack(fast_rates(arm)(tuple(y[i] for i in range(4)), tau, jnp.asarray(True)))
+    @functools.partial(jax.vmap, in_axes=(0, 0, 0, None))
+    def fast(arm, y, tau, pred):
+        return jnp.stack(fast_rates(arm)(tuple(y[i] for i in range(4)), tau, pred))
 
     acc = np.asarray(forward_dynamics(arms, jnp.asarray(y[:, :2]), jnp.asarray(y[:, 2:]), jnp.asarray(tau)))
-    out = np.asarray(fast(arms, jnp.asarray(y), jnp.asarray(tau)))
+    out = np.asarray(fast(arms, jnp.asarray(y), jnp.asarray(tau), jnp.asarray(True)))
     np.testing.assert_array_equal(out[:, :2], y[:, 2:])
     np.testing.assert_allclose(out[:, 2:], acc, rtol=1e-12, atol=1e-12)
+    # A false ``pred`` (a misuse: it must always be true) takes the uncompiled branch: NaN, never a
+    # plausible number.
+    wrong = np.asarray(fast(arms, jnp.asarray(y), jnp.asarray(tau), jnp.asarray(False)))
+    np.testing.assert_array_equal(wrong[:, :2], y[:, 2:])
+    assert np.isnan(wrong[:, 2:]).all()
 
 
 @pytest.fixture(scope="module")
