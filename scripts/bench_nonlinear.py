@@ -1,4 +1,4 @@
-"""Benchmark: ``nonlinear_oe``'s default route against its fast options, in the same run.
+"""Benchmark: ``nonlinear_oe``'s default route against the shooting route, in the same run.
 
 Settings (point-mass arm, Table 2 torque, Δ = 0.01 s, N = 10 000 samples a period), as in
 ``experiments/*.toml``: ``paper_split`` / ``paper_same`` (split / same lines, ×1) and
@@ -15,8 +15,8 @@ finishes). Compile time is measured apart (first call); the cost is the later ca
 - ``default``: the default route (``route="coarse"``);
 - ``shooting``: ``route="shooting"`` (relaxed two-candidate start, per iteration a primal period
   + ``4 + p`` tangents);
-- ``warm``: ``route="warm"`` (one candidate, per iteration one period with ``p`` warm tangents);
-- ``fast``: ``route="warm", jacobian="differences", step_tolerance=0.01, state_tolerance=1e-6``.
+- ``shooting_fast``: ``route="shooting", step_tolerance=0.01, state_tolerance=1e-6`` (stops once
+  the step is 1 % of its standard error).
 
 Printed per setting and route: seconds per trial, ratio (the ``--baseline`` route's cost over this
 route's: ``shooting`` by default), compile seconds, failures (status not CONVERGED),
@@ -45,8 +45,7 @@ from jaxid.estimators.nonlinear import nonlinear_output_error  # noqa: E402
 ROUTES = {
     "default": {},
     "shooting": {"route": "shooting"},
-    "warm": {"route": "warm"},
-    "fast": {"route": "warm", "jacobian": "differences", "step_tolerance": 0.01, "state_tolerance": 1e-6},
+    "shooting_fast": {"route": "shooting", "step_tolerance": 0.01, "state_tolerance": 1e-6},
     "coarse": {"route": "coarse"},
 }
 

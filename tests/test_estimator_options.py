@@ -182,7 +182,6 @@ VARIANTS = [
     ("nonlinear_oe", _NL, "derivative_cutoff", 20),
     ("nonlinear_oe", _NL, "route", "shooting"),
     ("nonlinear_oe", {**_NL, "route": "shooting"}, "step_tolerance", 0.01),
-    ("nonlinear_oe", {**_NL, "route": "warm"}, "jacobian", "differences"),
     ("nonlinear_oe", _NL, "coarse_step", 0.08),
     *[("idim_ls", b, k, v) for b, k, v in _REGRESSION],
     *[("rls", b, k, v) for b, k, v in _REGRESSION],

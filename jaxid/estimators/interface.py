@@ -157,9 +157,8 @@ class NonlinearOutputError(AbstractEstimator):
     state_tolerance: Array = _traced(1e-9)
     damping: float = _static_float(1e-4)
     derivative_cutoff: int | None = _static(None)
-    route: Literal["coarse", "shooting", "warm"] = _static("coarse")
+    route: Literal["coarse", "shooting"] = _static("coarse")
     step_tolerance: float | None = _static(None)
-    jacobian: Literal["forward", "differences"] = _static("forward")
     coarse_step: float = _static_float(0.04)
 
 

@@ -50,7 +50,6 @@ Physical unknowns only (``jaxid.PARAMETER_NAMES``; ``m1, m2, fv1, fv2`` is the u
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +69,7 @@ from ..steady_state import (
 )
 from .base import CONVERGED, ESTIMATORS, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
 from .nonlinear_bound import nonlinear_crlb, nonlinear_fisher
-from .nonlinear_coarse import _COST_ROUNDING, _FD_STEP, _LAMBDA_MAX, _LAMBDA_MIN, _coarse_fit, _coarsening, _hermite  # noqa: F401 (_hermite: tests)
+from .nonlinear_coarse import _COST_ROUNDING, _LAMBDA_MAX, _LAMBDA_MIN, _coarse_fit, _coarsening, _hermite  # noqa: F401 (_hermite: tests)
 
 __all__ = [
     "nonlinear_output_error",
@@ -80,8 +79,7 @@ __all__ = [
     "filtered_derivatives",
 ]
 
-_WARM_TRUST = 1e-2
-ROUTES = ("coarse", "shooting", "warm")
+ROUTES = ("coarse", "shooting")
 
 
 def _check(record: Record, excitation: Multisine, unknowns) -> tuple[tuple[str, ...], int]:
@@ -167,11 +165,6 @@ def _start_candidates(
     return candidates
 
 
-class _WarmPass(NamedTuple):
-    q_corrected: Array
-    jacobian: Array
-
-
 def _normal_equations(sens, data, fit_offset):
     r = data - sens.q_corrected
     jac = sens.jacobian
@@ -203,7 +196,6 @@ def nonlinear_output_error(
     derivative_cutoff: int | None = None,
     route: str = "coarse",
     step_tolerance: float | None = None,
-    jacobian: str = "forward",
     coarse_step: float = 0.04,
 ) -> Estimate:
     """Fit the nonlinear arm's periodic steady state to the record (see the module docstring).
@@ -239,23 +231,16 @@ def nonlinear_output_error(
             ``initial_estimator``'s estimate; if its coarse orbit's periodicity defect after the
             lead-in exceeds ``1e-2`` (it is not on the data's orbit, e.g. a link goes over the top
             once a period), a multiple-shooting fit on 2-s segments, each integrated from the
-            data's filtered state, replaces it. ``step_tolerance`` and ``jacobian`` do not apply.
+            data's filtered state, replaces it. ``step_tolerance`` does not apply.
             ``"shooting"``: every iteration relaxes the orbit one primal period and integrates one
             period with ``4 + p`` tangents (Newton shooting + implicit sensitivities); the start
             is the better of ``initial_estimator`` and the inverse-dynamics fit, each relaxed one
             period; 5-10× dearer than ``"coarse"`` (``scripts/bench_nonlinear.py``,
-            ``docs/estimators.md``). ``"warm"``: one period with ``p`` tangents per iteration,
-            warm-started in state and sensitivity (a fixed-point iteration for ``x0`` riding on
-            the Levenberg-Marquardt one; the defect test still applies); superseded by
-            ``"coarse"``, kept for comparison.
+            ``docs/estimators.md``).
         step_tolerance: if set, also converged once every Gauss-Newton step component is below
             ``step_tolerance`` times its standard error (from the residuals): e.g. ``0.01`` stops
             when the optimisation error is 1 % of the statistical one. ``None`` (default): ``rtol``
             only.
-        jacobian: route ``"warm"`` only: ``"forward"`` (default) ``p`` forward-mode tangents, or
-            ``"differences"``: forward differences, ``p + 1`` primal periods in one vmapped scan
-            (relative step ``1.5e-8``; the Jacobian then carries ~1e-8 relative error, which moves
-            the optimum by a negligible fraction of its standard error).
         coarse_step: route ``"coarse"`` only: the coarse grid's step [s], rounded down to a whole
             number of samples dividing the period (``1`` sample: no coarsening).
 
@@ -266,10 +251,7 @@ def nonlinear_output_error(
     unknowns, n_per = _check(record, excitation, unknowns)
     if route not in ROUTES:
         raise ValueError(f"route must be one of {list(ROUTES)}, got {route!r}.")
-    warm = route == "warm"
     coarsening = _coarsening(coarse_step, record.sample_step, n_per) if route == "coarse" else 1
-    if jacobian not in ("forward", "differences") or (jacobian == "differences" and not warm):
-        raise ValueError(f"jacobian must be 'forward' or 'differences' (route='warm' only), got {jacobian!r}.")
     p = len(unknowns)
     periods = record.measured_periods
     data = jnp.mean(record.q.reshape(periods, n_per, 2), axis=0)
@@ -342,44 +324,14 @@ def nonlinear_output_error(
             damping=damping,
             step_tolerance=0.01 if step_tolerance is None else step_tolerance,
         )
-    if warm:
-        theta0, x0 = candidates[0], relax(candidates[0], x_data)
-    elif len(candidates) == 1:
+    if len(candidates) == 1:
         theta0, x0 = candidates[0], relax(candidates[0], x_data)
     else:
         states = [relax(c, x_data) for c in candidates]
         best = jnp.argmin(jnp.stack([start_cost(c, x) for c, x in zip(candidates, states, strict=True)]))
         theta0, x0 = jnp.stack(candidates)[best], jnp.stack(states)[best]
 
-    def evaluate_warm(theta, x, s):
-        # One period with p tangents (d x0 = s d θ): the warm-started variational equations.
-        def f(t, x):
-            return period_map(
-                nominal.with_parameters(unknowns, t), torque, x, samples_per_period=n_per, substeps=substeps
-            )
-
-        if jacobian == "differences":
-            # p + 1 primal periods in one vmapped scan: forward differences along (e_j, s_j).
-            h = _FD_STEP * jnp.abs(theta)
-            thetas = jnp.concatenate([theta[None], theta + jnp.diag(h)])
-            xs = jnp.concatenate([x[None], x + (s * h).T])
-            x_ends, qs = jax.vmap(f)(thetas, xs)
-            x_end, q = x_ends[0], qs[0]
-            dq = (qs[1:] - q) / h[:, None, None]
-            dx_end = (x_ends[1:] - x_end) / h[:, None]
-        else:
-            lanes = jnp.eye(p)
-            (x_end, q), (dx_end, dq) = jax.vmap(lambda v, w: jax.jvp(f, (theta, x), (v, w)), out_axes=(None, 0))(
-                lanes, s.T
-            )
-        sens = _WarmPass(q, jnp.moveaxis(dq, 0, -1))
-        cost, a, g = _normal_equations(sens, data, fit_offset)
-        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(g))
-        return cost, a, g, x_end, dx_end.T, jnp.max(jnp.abs(x_end - x)), finite
-
     def evaluate(theta, x, s):
-        if warm:
-            return evaluate_warm(theta, x, s)
         x = relax(theta, x)  # one primal period first: the first-order x0 update is then tiny
         sens = period_sensitivities(nominal, unknowns, theta, x, torque, samples_per_period=n_per, substeps=substeps)
         cost, a, g = _normal_equations(sens, data, fit_offset)
@@ -403,12 +355,6 @@ def nonlinear_output_error(
         # Accept a cost that does not rise beyond rounding: near the optimum the last step changes
         # the cost by less than its rounding error, and rejecting it would stall the iteration.
         accept = finite & (cost <= state["cost"] * (1 + _COST_ROUNDING))
-        if warm:
-            # Near the optimum (Gauss-Newton step below _WARM_TRUST relative) take every finite
-            # pass: its cost differs from the last one's by that pass's start-state error (the
-            # first-order move of x0 is O(step²) off), which can exceed the step's own effect, and
-            # rejecting it would stall the iteration before the orbit's defect test is met.
-            accept = accept | (finite & state["near"])
         new = dict(state)
         for key, value in (
             ("theta", state["theta_c"]),
@@ -433,7 +379,6 @@ def nonlinear_output_error(
             std = jnp.sqrt(2 * new["cost"] / dof * jnp.abs(jnp.diag(linalg.inverse(new["a"]))))
             small = small | jnp.all(jnp.abs(gn) <= step_tolerance * std)
             new["gn"] = gn
-        new["near"] = jnp.all(jnp.abs(gn) <= _WARM_TRUST * jnp.abs(new["theta"]))
         new["converged"] = jnp.isfinite(new["cost"]) & small & (new["defect"] <= state_tolerance)
         new["failed"] = ~jnp.isfinite(new["cost"]) | (new["lam"] >= _LAMBDA_MAX)
         new["theta_c"], new["x_c"] = propose(new)
@@ -456,7 +401,6 @@ def nonlinear_output_error(
         theta_c=theta0,
         x_c=x0,
         converged=jnp.asarray(False),
-        near=jnp.asarray(False),
         failed=jnp.asarray(False),
         iterations=jnp.asarray(0),
         history=jnp.full((max_iterations, p), jnp.nan),
