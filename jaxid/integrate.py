@@ -109,7 +109,19 @@ def applied_offset(record, excitation: Multisine) -> Float[Array, "2"]:
     The one place estimators read the holding torque of the *true* arm off the data (the model's
     ``holding_torque(arm, q0)`` is what ``simulate`` applies; an estimator cannot evaluate it
     without knowing the arm). Batched records give ``(..., 2)``.
+
+    A ``Record`` holds whole periods of its own period. When that is the excitation's and no
+    excited harmonic is a multiple of the samples per period, each line's samples over a period
+    are a full turn of a root of unity and sum to zero, so the mean of ``u`` over the record is
+    exactly zero and the offset is ``mean(tau)``: no multisine evaluated at every sample (3.9 ms
+    a trial for 10 000 samples and 20 lines, 17 ms for 4 periods, against 0.03 ms; it was the
+    largest fixed cost of ``nonlinear_oe``'s default route). Otherwise the sample-wise formula.
     """
+    n_per = round(record.period / record.sample_step)
+    if abs(record.period - excitation.period) <= 1e-9 * excitation.period and all(
+        k % n_per for row in excitation.harmonics for k in row
+    ):
+        return jnp.mean(record.tau, axis=-2)
     return jnp.mean(record.tau - excitation.torque(record.t), axis=-2)
 
 

@@ -69,6 +69,25 @@ def test_applied_offset_recovers_the_holding_torque():
     )
 
 
+def test_applied_offset_is_the_sample_mean_of_tau_minus_u():
+    """Whole periods (the mean of tau, u summing to zero) and a line at a multiple of the samples
+    per period (u's samples do not sum to zero: the sample-wise formula): both return tau0 of a
+    hand-built record tau = tau0 + u(t), starting mid-period."""
+    tau0 = jnp.array([0.7, -0.3])
+    ex = jaxid.table2("split", scale=0.5)
+    aliased = jaxid.Multisine(((1, 8), (2, 8)), [[1.0, 0.5], [1.0, 0.5]], [[0.0, 0.3], [0.1, 0.2]], fundamental=1.0)
+    for excitation, n_per, periods in ((ex, 10_000, 1), (ex, 10_000, 3), (aliased, 8, 2)):
+        step = excitation.period / n_per
+        t = 13 * step + step * jnp.arange(periods * n_per)
+        tau = tau0 + excitation.torque(t)
+        rec = jaxid.Record(
+            t, tau, jnp.zeros_like(tau), jnp.asarray(0), jnp.asarray(0.0), step, excitation.period, periods
+        )
+        if excitation is aliased:  # u does not average out here: mean(tau) alone would be 0.48 off
+            assert float(jnp.min(jnp.abs(jnp.mean(excitation.torque(t), axis=0)))) > 0.4
+        np.testing.assert_allclose(np.asarray(applied_offset(rec, excitation)), np.asarray(tau0), rtol=0, atol=1e-13)
+
+
 def test_sincos_matches_libm():
     x = jnp.linspace(-1e3, 1e3, 20001)
     s, c = sincos(x)
