@@ -117,7 +117,7 @@ def applied_offset(record, excitation: Multisine) -> Float[Array, "2"]:
     a trial for 10 000 samples and 20 lines, 17 ms for 4 periods, against 0.03 ms; it was the
     largest fixed cost of ``nonlinear_oe``'s default route). Otherwise the sample-wise formula.
     """
-    n_per = round(record.period / record.sample_step)
+    n_per = record.samples_per_period
     if abs(record.period - excitation.period) <= 1e-9 * excitation.period and all(
         k % n_per for row in excitation.harmonics for k in row
     ):
