@@ -79,6 +79,7 @@ HEAVY_FIRST = (
     "test_simulation.py",
     "test_model.py",
     "test_nonlinear.py",
+    "test_nonlinear_fast.py",
     "test_spectral_study.py",
     "test_ekf.py",
     "test_model_extended.py",
