@@ -66,12 +66,12 @@ def families(chunk=2, estimators=None):
     return parse_experiment(raw)
 
 
-#: One estimator per way the runner feeds records to estimators: the spectrum (equation error,
-#: ML), the filtered record (RLS, IDIM-LS) and the raw record (EKF). Not nonlinear_oe, IDIM-IV and
-#: the UKF: they take the same inputs as ML, IDIM-LS and the EKF, and their compiles (~30 s in a
-#: cold run, which a process with another device count cannot load from the persistent cache)
-#: would add nothing the subprocess checks: every estimator runs on one device there as here.
-FOUR_DEVICE_ESTIMATORS = ("equation_error", "ml", "rls", "idim_ls", "ekf")
+#: One estimator per way the runner feeds records to estimators: the spectrum (equation error),
+#: the filtered record (IDIM-LS) and the raw record (EKF). Not the others: they take the same
+#: inputs as one of these, and their compiles (a process with another device count cannot load
+#: them from the persistent cache: its topology is in the key) would add nothing the subprocess
+#: checks: every estimator runs on one device there as here.
+FOUR_DEVICE_ESTIMATORS = ("equation_error", "idim_ls", "ekf")
 
 
 _DEVICE_SCRIPT = """
