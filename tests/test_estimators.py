@@ -209,7 +209,7 @@ def test_jit_vmap_and_one_compile(arm):
     run = jax.jit(run)
     out = run(batch, 0.01)
     run(batch, 0.02)  # a new noise level does not recompile
-    one = ml(jax.tree.map(lambda x: x[2], batch), exc, arm, unknowns=POINT, noise_std=0.01)
+    one = jax.jit(lambda r: ml(r, exc, arm, unknowns=POINT, noise_std=0.01))(jax.tree.map(lambda x: x[2], batch))
     np.testing.assert_allclose(out.value[2], one.value, rtol=1e-10)
     np.testing.assert_allclose(out.covariance[2], one.covariance, rtol=1e-8)
 
