@@ -265,3 +265,20 @@ def test_equation_error_biased_at_low_snr_and_ml_not(monte_carlo):
     # Errors in variables: the masses are pulled down by several standard deviations of the estimator.
     assert np.all(ee_bias[:2] < -5 * ee_se[:2]), ee_bias / ee_se
     assert np.all(np.abs(ee_bias[:2]) > 3 * bound_std[:2])
+
+
+def test_concrete_call_runs_compiled_and_traced_call_is_the_function(arm, split_small, noisy_small):
+    """An estimator called on concrete inputs runs as one compiled program (``register``), whose
+    numbers are those of the function compiled by hand; called under a transformation it is the
+    function itself (the same jaxpr as ``__wrapped__``)."""
+    kwargs = dict(unknowns=POINT, noise_std=0.01)
+    for name in ("equation_error", "idim_ls"):
+        estimator = get_estimator(name)
+        raw = estimator.__wrapped__
+        eager = estimator(noisy_small, split_small, arm, **kwargs)
+        by_hand = jax.jit(lambda r, e, a, raw=raw: raw(r, e, a, **kwargs))(noisy_small, split_small, arm)
+        for field in ("value", "covariance", "status"):
+            np.testing.assert_array_equal(getattr(eager, field), getattr(by_hand, field), err_msg=f"{name}.{field}")
+        traced = jax.make_jaxpr(lambda r, e=estimator: e(r, split_small, arm, **kwargs))(noisy_small)
+        plain = jax.make_jaxpr(lambda r, raw=raw: raw(r, split_small, arm, **kwargs))(noisy_small)
+        assert str(traced) == str(plain), name
