@@ -276,9 +276,24 @@ def test_concrete_call_runs_compiled_and_traced_call_is_the_function(arm, split_
         estimator = get_estimator(name)
         raw = estimator.__wrapped__
         eager = estimator(noisy_small, split_small, arm, **kwargs)
-        by_hand = jax.jit(lambda r, e, a, raw=raw: raw(r, e, a, **kwargs))(noisy_small, split_small, arm)
+        # (σ traced, as the wrapper passes a number σ: a new σ reuses the program)
+        by_hand = jax.jit(lambda r, e, a, s, raw=raw: raw(r, e, a, unknowns=POINT, noise_std=s))(
+            noisy_small, split_small, arm, 0.01
+        )
         for field in ("value", "covariance", "status"):
             np.testing.assert_array_equal(getattr(eager, field), getattr(by_hand, field), err_msg=f"{name}.{field}")
         traced = jax.make_jaxpr(lambda r, e=estimator: e(r, split_small, arm, **kwargs))(noisy_small)
         plain = jax.make_jaxpr(lambda r, raw=raw: raw(r, split_small, arm, **kwargs))(noisy_small)
         assert str(traced) == str(plain), name
+
+
+def test_concrete_call_with_a_new_noise_std_reuses_the_program(arm, split_small, noisy_small, caplog):
+    estimator = get_estimator("equation_error")
+    estimator(noisy_small, split_small, arm, unknowns=POINT, noise_std=0.01)  # compiled (or reused)
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        est = estimator(noisy_small, split_small, arm, unknowns=POINT, noise_std=0.02)
+    compiled = [r.getMessage() for r in caplog.records if "equation_error" in r.getMessage()]
+    assert not compiled, compiled
+    # and σ reached the computation: the covariance scales with σ²
+    ref = estimator(noisy_small, split_small, arm, unknowns=POINT, noise_std=0.01)
+    np.testing.assert_allclose(est.covariance, 4 * ref.covariance, rtol=1e-12)

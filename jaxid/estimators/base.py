@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..linalg import inverse_2x2, small_qr, upper_triangular_inverse
@@ -80,7 +81,8 @@ def register(name: str):
     numbers, 2-3× sooner on a first call (the README quickstart's ``ml``: 12.4 → 4.2 s, its
     ``nonlinear_oe``: 25 → 11 s), as each of its loops and hundreds of small operations would
     otherwise be compiled one by one. A later call with the same shapes and static arguments
-    reuses the program. Under a transformation (traced inputs) the function is called as it is.
+    reuses the program; ``noise_std`` given as a number is passed as an array, so a new value does
+    not recompile. Under a transformation (traced inputs) the function is called as it is.
     """
 
     def wrap(fn):
@@ -91,6 +93,9 @@ def register(name: str):
             require_float64(name)  # the estimators' tolerances are far below float32's reach
             if _traced((args, kwargs)):
                 return fn(*args, **kwargs)
+            if isinstance(kwargs.get("noise_std"), (int, float)) and not isinstance(kwargs["noise_std"], bool):
+                # traced (every estimator takes a traced σ, as in a study): a new σ does not recompile
+                kwargs = {**kwargs, "noise_std": jnp.asarray(kwargs["noise_std"], dtype=float)}
             return compiled(*args, **kwargs)
 
         ESTIMATORS[name] = estimator
