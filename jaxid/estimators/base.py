@@ -78,11 +78,12 @@ def register(name: str):
 
     A call on concrete inputs (outside ``jit``/``vmap``) runs the estimator compiled as one
     program (``eqx.filter_jit``: arrays traced, other arguments static), not op by op: the same
-    numbers, 2-3× sooner on a first call (the README quickstart's ``ml``: 12.4 → 4.2 s, its
-    ``nonlinear_oe``: 25 → 11 s), as each of its loops and hundreds of small operations would
-    otherwise be compiled one by one. A later call with the same shapes and static arguments
-    reuses the program; ``noise_std`` given as a number is passed as an array, so a new value does
-    not recompile. Under a transformation (traced inputs) the function is called as it is.
+    numbers, 1.5-7× sooner on a first call (``scripts/bench_eager.py`` on the README quickstart's
+    record: ``ml`` 10.9 → 3.2 s, ``nonlinear_oe`` 16.2 → 10.0 s), as each of its loops and hundreds
+    of small operations would otherwise be compiled one by one. A later call with the same shapes
+    and static arguments reuses the program; ``noise_std`` given as a number is passed as an
+    array, so a new value does not recompile. Under a transformation (traced inputs) the function
+    is called as it is.
     """
 
     def wrap(fn):
