@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import signal
 
 __all__ = ["lowpass", "differentiate", "default_cutoff", "dominant_frequency", "FILTER_METHODS"]
 
@@ -54,6 +53,8 @@ def lowpass(x: np.ndarray, sample_step: float, cutoff_hz: float, *, order: int =
     for the filter's edge padding.
     """
     _check(sample_step, cutoff_hz)
+    from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
+
     x = np.asarray(x, dtype=float)
     sos = signal.butter(order, cutoff_hz, btype="low", fs=1.0 / sample_step, output="sos")
     padlen = 3 * (2 * sos.shape[0] + 1)
@@ -102,6 +103,8 @@ def differentiate(
         poly = 3 if order is None else order
         n = _savgol_window(sample_step, cutoff_hz, poly)
         kw = dict(window_length=n, polyorder=poly, delta=sample_step, axis=0, mode="interp")
+        from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
+
         return (
             signal.savgol_filter(q, deriv=0, **kw),
             signal.savgol_filter(q, deriv=1, **kw),
@@ -118,6 +121,8 @@ def dominant_frequency(x: np.ndarray, sample_step: float) -> float:
     """
     x = np.asarray(x, dtype=float)
     x = x.reshape(x.shape[0], -1)
+    from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
+
     freqs, power = signal.periodogram(x - x.mean(0), fs=1.0 / sample_step, window="hann", axis=0)
     power[0] = 0.0
     return float(np.max(freqs[np.argmax(power, axis=0)]))

@@ -34,7 +34,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments, stage_torques
 
@@ -145,6 +144,8 @@ def _solve(a, b, bounds, scale):
         x, *_ = np.linalg.lstsq(a, b, rcond=None)
         return x
     lo, hi = bounds
+    from scipy.optimize import lsq_linear  # imported when first needed: scipy takes ~0.9 s to import
+
     res = lsq_linear(a, b, bounds=(np.asarray(lo) * scale, np.asarray(hi) * scale), method="bvls", lsmr_tol="auto")
     return res.x
 

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.optimize import least_squares
 
 from .data import FilteredLog, Known, Regressor, simulate_segments, stage_torques
 from .idim import Identification, segment_starts
@@ -137,6 +136,8 @@ def output_error(
         return out
 
     z0 = np.concatenate([np.asarray(start.value), x0.reshape(-1)])
+    from scipy.optimize import least_squares  # imported when first needed: scipy takes ~0.9 s to import
+
     sol = least_squares(fun, z0, jac=jac, method="trf", x_scale="jac", max_nfev=max_iterations, xtol=1e-10)
     z = sol.x
     j = jac(z)

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import signal
 
 from .data import FilteredLog, Regressor, simulate_segments, stage_torques
 
@@ -119,4 +118,6 @@ def residual_spectrum(residual: np.ndarray, sample_step: float) -> tuple[np.ndar
     """Welch PSD ``(frequencies [Hz], psd [(N m)²/Hz] of shape (F, C))`` of a torque residual."""
     residual = np.asarray(residual, dtype=float)
     nper = min(1024, residual.shape[0])
+    from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
+
     return signal.welch(residual, fs=1.0 / sample_step, nperseg=nper, axis=0)
