@@ -29,7 +29,7 @@ import numpy as np
 from .excitation import Multisine
 from .model import TwoLinkArm
 from .trajectory import trajectory
-from .types import Record
+from .types import Record, any_traced
 
 __all__ = ["DEFAULT_OPTIONS", "CPU_COMPILER_OPTIONS", "compiler_options", "resolve_options", "run_batch"]
 
@@ -61,7 +61,7 @@ def resolve_options(options: dict) -> dict:
 def compiler_options(*trees) -> tuple[tuple[str, str], ...]:
     """The ``CPU_COMPILER_OPTIONS`` to compile the runner with, as sorted items: none on other
     backends, none that ``XLA_FLAGS`` sets, none when an input is traced (an outer ``jit``)."""
-    if jax.default_backend() != "cpu" or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees)):
+    if jax.default_backend() != "cpu" or any_traced(trees):
         return ()
     flags = os.environ.get("XLA_FLAGS", "")
     return tuple(sorted((k, v) for k, v in CPU_COMPILER_OPTIONS.items() if f"--{k}=" not in flags))

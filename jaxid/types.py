@@ -14,6 +14,7 @@ import jax
 from jaxtyping import Array, Float, Int
 
 __all__ = [
+    "any_traced",
     "did_you_mean",
     "check_finite",
     "check_samples",
@@ -207,6 +208,11 @@ def did_you_mean(name: str, allowed) -> str:
 
 def _concrete(x) -> bool:
     return x is not None and not isinstance(x, jax.core.Tracer)
+
+
+def any_traced(tree) -> bool:
+    """Whether any leaf of ``tree`` is a tracer (the call is inside ``jit``/``vmap``/…)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
 
 
 def check_finite(who: str, **arrays) -> None:

@@ -24,7 +24,6 @@ import functools
 from collections.abc import Callable
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
@@ -38,7 +37,7 @@ from ..linearisation import (
     parameter_values,
     resolve_unknowns,
 )
-from ..types import ESTIMATOR_STATUSES, Estimate, Status, did_you_mean, require_float64
+from ..types import ESTIMATOR_STATUSES, Estimate, Status, any_traced, did_you_mean, require_float64
 
 __all__ = [
     "Estimate",
@@ -69,10 +68,6 @@ ESTIMATOR_STATUS = ESTIMATOR_STATUSES
 ESTIMATORS: dict[str, Callable[..., Estimate]] = {}
 
 
-def _traced(tree) -> bool:
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
-
-
 def register(name: str):
     """Decorator registering an estimator under ``name`` (used by the study runner and CLI).
 
@@ -92,7 +87,7 @@ def register(name: str):
         @functools.wraps(fn)
         def estimator(*args, **kwargs):
             require_float64(name)  # the estimators' tolerances are far below float32's reach
-            if _traced((args, kwargs)):
+            if any_traced((args, kwargs)):
                 return fn(*args, **kwargs)
             if isinstance(kwargs.get("noise_std"), (int, float)) and not isinstance(kwargs["noise_std"], bool):
                 # traced (every estimator takes a traced σ, as in a study): a new σ does not recompile
