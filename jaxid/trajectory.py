@@ -363,7 +363,8 @@ def trajectory(
     # evaluated on one period's grid n Δ and repeated: it depends neither on the trial nor on its
     # (traced) number of discarded periods, so under vmap it is computed once per batch (evaluated at
     # D T + n Δ per trial it cost several times the integration itself). These are the torques the
-    # fixed-step paths apply at the samples (bit for bit the torque_grid rows when substeps = 1).
+    # fixed-step paths apply at the samples (the torque_grid rows: bit for bit with jax 0.10; jax 0.12
+    # may round the sum of cosines in another fused context differently, by up to 2 ulp).
     unit = excitation.replace(scale=1.0).torque(jnp.arange(n_per) * sample_step)
     tau = offset + excitation.scale * jnp.tile(unit, (measured_periods, 1))
     return Record(
