@@ -59,7 +59,7 @@ from .model import TwoLinkArm
 from .phasors import respond, synthesise
 from .trajectory import trajectory
 from .transient import transient_periods, transient_periods_each
-from .types import SIMULATION_STATUSES, Record, Status, require_float64, steps_per_period
+from .types import SIMULATION_STATUSES, Record, Status, compiled_when_concrete, require_float64, steps_per_period
 
 __all__ = [
     "Record",
@@ -107,6 +107,10 @@ def _check_options(model, solver, sample_step, substeps, discard_periods, measur
     if discard_periods is not None and not _valid_count(discard_periods):
         raise ValueError(f"discard_periods must be a non-negative integer or None (derived), got {discard_periods!r}.")
     return steps_per_period(period, sample_step)
+
+
+#: ``simulate``'s record, compiled as one program on concrete inputs (the options are checked first).
+_trajectory = compiled_when_concrete(trajectory)
 
 
 def simulate(
@@ -160,7 +164,7 @@ def simulate(
         y0 = jnp.asarray(initial_state, dtype=float)
         if y0.shape != (4,):
             raise ValueError(f"initial_state must be (q1, q2, q1', q2') of shape (4,), got {y0.shape}.")
-    return trajectory(
+    return _trajectory(
         arm,
         excitation,
         q0,

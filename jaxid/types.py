@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 
 import equinox as eqx
 import jax
@@ -15,6 +16,7 @@ from jaxtyping import Array, Float, Int
 
 __all__ = [
     "any_traced",
+    "compiled_when_concrete",
     "did_you_mean",
     "check_finite",
     "check_samples",
@@ -213,6 +215,28 @@ def _concrete(x) -> bool:
 def any_traced(tree) -> bool:
     """Whether any leaf of ``tree`` is a tracer (the call is inside ``jit``/``vmap``/…)."""
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
+
+
+def compiled_when_concrete(fn):
+    """``fn`` run as one compiled program when called on concrete inputs, as itself when traced.
+
+    Outside any transformation the call goes through ``eqx.filter_jit(fn)`` (arrays traced, other
+    arguments static), so its loops and small operations are compiled once as one program, not one
+    by one op by op; a later call with the same shapes and static arguments reuses it. A
+    ``lax.scan`` run op by op is even compiled again on every call (its body is a new closure each
+    time). With a traced input (inside ``jit``/``vmap``/``grad``) ``fn`` is called as it is, so a
+    caller's program is the same as without the wrapper. Checks that need concrete values belong
+    in the caller, before this boundary (``check_finite`` skips tracers).
+    """
+    compiled = eqx.filter_jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if any_traced((args, kwargs)):
+            return fn(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def check_finite(who: str, **arrays) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
@@ -37,7 +36,15 @@ from ..linearisation import (
     parameter_values,
     resolve_unknowns,
 )
-from ..types import ESTIMATOR_STATUSES, Estimate, Status, any_traced, did_you_mean, require_float64
+from ..types import (
+    ESTIMATOR_STATUSES,
+    Estimate,
+    Status,
+    any_traced,
+    compiled_when_concrete,
+    did_you_mean,
+    require_float64,
+)
 
 __all__ = [
     "Estimate",
@@ -82,17 +89,16 @@ def register(name: str):
     """
 
     def wrap(fn):
-        compiled = eqx.filter_jit(fn)
+        run = compiled_when_concrete(fn)
 
         @functools.wraps(fn)
         def estimator(*args, **kwargs):
             require_float64(name)  # the estimators' tolerances are far below float32's reach
-            if any_traced((args, kwargs)):
-                return fn(*args, **kwargs)
-            if isinstance(kwargs.get("noise_std"), (int, float)) and not isinstance(kwargs["noise_std"], bool):
+            sigma = kwargs.get("noise_std")
+            if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and not any_traced((args, kwargs)):
                 # traced (every estimator takes a traced σ, as in a study): a new σ does not recompile
                 kwargs = {**kwargs, "noise_std": jnp.asarray(kwargs["noise_std"], dtype=float)}
-            return compiled(*args, **kwargs)
+            return run(*args, **kwargs)
 
         ESTIMATORS[name] = estimator
         return estimator

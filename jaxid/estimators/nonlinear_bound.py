@@ -16,6 +16,7 @@ from ..excitation import Multisine
 from ..model import PARAMETER_NAMES, TwoLinkArm, holding_torque, validate_unknowns
 from ..simulation import steps_per_period
 from ..steady_state import period_sensitivities, periodic_steady_state, torque_table
+from ..types import compiled_when_concrete
 
 __all__ = ["nonlinear_fisher", "nonlinear_crlb"]
 
@@ -64,6 +65,7 @@ def nonlinear_fisher(
     return measured_periods * (jac.T @ jac) / jnp.asarray(noise_std, dtype=float) ** 2
 
 
+@compiled_when_concrete  # one program on concrete inputs, not op by op
 def nonlinear_crlb(
     arm: TwoLinkArm,
     excitation: Multisine,
