@@ -5,6 +5,10 @@ jaxid does not switch JAX to float64 at import: call ``jax.config.update("jax_en
 (the CLI and the tests do); public entry points refuse float32 unless asked.
 """
 
+from . import _platform
+
+_platform.apply()  # jaxlib 0.11's CPU FFT deadlock: before any JAX backend starts (see jaxid._platform)
+
 from .excitation import (
     PAPER_FUNDAMENTAL,
     TABLE2_AMPLITUDES,

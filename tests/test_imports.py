@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxid"
 
 #: Layers from the bottom up; names are relative to ``jaxid`` ("__init__" is the package itself).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "linalg", "phasors"),
+    ("_platform", "types", "linalg", "phasors"),
     ("model", "excitation"),
     ("linearisation",),
     (

@@ -1,0 +1,64 @@
+"""Work-arounds for bugs of particular jaxlib releases, applied once when jaxid is imported.
+
+jaxlib 0.11.x, CPU: XLA runs an FFT (``xla::cpu::FftThunk``) on a thread of its intra-op pool and
+hands that same pool to ducc0, which splits the transform over the pool and blocks until the
+pieces are done. When as many FFTs run at once as the pool has threads (two on a 2-core machine:
+e.g. the three inverse transforms of a derivative filter in a batched ``jit(vmap(...))``), every
+thread waits for a free one and the program hangs with the CPU idle (upstream: openxla/xla#46347
+and PyAutoLabs/PyAutoFit#1530). Measured here: ``tests/test_rls.py``'s batched ``idim_iv`` fixture
+hangs under jaxlib 0.11.2 (Python 3.12) and completes under 0.10.2 and 0.12.0.1.
+``--xla_cpu_multi_thread_eigen=false`` runs FFTs (and Eigen's dot and convolution kernels) on the
+calling thread, which removes the hang; XLA's own parallel loops are unaffected.
+
+``apply`` adds that flag to ``XLA_FLAGS`` for an affected jaxlib unless ``XLA_FLAGS`` already
+sets ``xla_cpu_multi_thread_eigen`` (the user's choice wins). XLA reads ``XLA_FLAGS`` when the
+first backend starts, so it takes effect when ``jaxid`` is imported before any JAX computation
+(the usual order: ``import jax``, ``jax.config.update(...)``, ``import jaxid``); otherwise a
+warning says how to set it. GPU backends do not read the flag.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from importlib import metadata
+
+__all__ = ["FFT_DEADLOCK_FLAG", "fft_deadlock_affected", "apply"]
+
+FFT_DEADLOCK_FLAG = "--xla_cpu_multi_thread_eigen=false"
+
+
+def fft_deadlock_affected(jaxlib_version: str) -> bool:
+    """Whether this jaxlib release has the CPU FFT thread-pool deadlock (0.11.x, measured on 0.11.2)."""
+    return jaxlib_version.split(".")[:2] == ["0", "11"]
+
+
+def _backends_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # a jax without the helper: assume not started
+        return False
+
+
+def apply(jaxlib_version: str | None = None) -> bool:
+    """Add ``FFT_DEADLOCK_FLAG`` to ``XLA_FLAGS`` if this jaxlib needs it; ``True`` if it was added."""
+    if jaxlib_version is None:
+        try:
+            jaxlib_version = metadata.version("jaxlib")
+        except metadata.PackageNotFoundError:
+            return False
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not fft_deadlock_affected(jaxlib_version) or "--xla_cpu_multi_thread_eigen" in flags:
+        return False
+    if _backends_started():
+        warnings.warn(
+            f"jaxlib {jaxlib_version} can hang in CPU programs that run several FFTs at once, and JAX "
+            f"started before jaxid was imported; set XLA_FLAGS={FFT_DEADLOCK_FLAG} before starting Python.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {FFT_DEADLOCK_FLAG}".strip()
+    return True

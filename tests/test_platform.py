@@ -1,0 +1,47 @@
+"""jaxid._platform: the jaxlib 0.11 CPU FFT deadlock work-around (a flag added to XLA_FLAGS at import)."""
+
+from importlib import metadata
+
+import pytest
+
+from jaxid import _platform
+from jaxid._platform import FFT_DEADLOCK_FLAG, apply, fft_deadlock_affected
+
+
+def test_affected_releases():
+    assert fft_deadlock_affected("0.11.0") and fft_deadlock_affected("0.11.2")
+    for version in ("0.4.35", "0.10.2", "0.12.0", "0.12.0.1", "1.11.0", "0.110.0"):
+        assert not fft_deadlock_affected(version), version
+
+
+def test_apply_adds_the_flag_only_where_needed(monkeypatch):
+    monkeypatch.setattr(_platform, "_backends_started", lambda: False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    assert not apply("0.12.0.1")
+    assert _platform.os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    assert apply("0.11.2")
+    assert _platform.os.environ["XLA_FLAGS"] == f"--xla_force_host_platform_device_count=4 {FFT_DEADLOCK_FLAG}"
+    assert not apply("0.11.2")  # already there: not added twice
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")  # the user's choice wins
+    assert not apply("0.11.2")
+    assert _platform.os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=true"
+    monkeypatch.delenv("XLA_FLAGS")
+    assert apply("0.11.2") and _platform.os.environ["XLA_FLAGS"] == FFT_DEADLOCK_FLAG
+
+
+def test_apply_warns_when_jax_already_started(monkeypatch):
+    monkeypatch.setattr(_platform, "_backends_started", lambda: True)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with pytest.warns(RuntimeWarning, match="XLA_FLAGS=--xla_cpu_multi_thread_eigen=false"):
+        assert not apply("0.11.2")
+    assert "XLA_FLAGS" not in _platform.os.environ
+
+
+def test_this_process_has_the_flag_iff_its_jaxlib_needs_it():
+    """The suite imports jaxid before any computation (conftest), as users do: the flag is in
+    this process's XLA_FLAGS exactly when the installed jaxlib is affected (or the user set it)."""
+    import os
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_cpu_multi_thread_eigen=true" not in flags:
+        assert (FFT_DEADLOCK_FLAG in flags) == fft_deadlock_affected(metadata.version("jaxlib"))
