@@ -10,8 +10,12 @@ pays; the second call (same inputs) shows the steady cost. Accuracy beside it: t
 difference between the two modes' estimates, relative to the estimate, and both statuses. The
 time-domain baselines get the noise's known mean as ``measurement_offset``.
 
+``simulate`` and ``linear_crlb`` may be named too (compiled by ``jaxid.types.compiled_when_concrete``
+in the same way; their baseline is the function it wraps): the value compared is the record's last
+sample, the bound's diagonal.
+
 Usage:
-    python scripts/bench_eager.py [--estimators equation_error ml nonlinear_oe] [--json FILE]
+    python scripts/bench_eager.py [--estimators simulate linear_crlb equation_error ml nonlinear_oe] [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,13 +36,26 @@ from jaxid.estimators.interface import ESTIMATORS as ESTIMATOR_CLASSES
 name, mode = sys.argv[1], sys.argv[2]
 arm = jaxid.point_mass()
 exc = jaxid.table2(lines="split", scale=0.25)
-noisy = jaxid.add_noise(jaxid.simulate(arm, exc), key=jax.random.key(0), kind="uniform", level=0.1)
-estimator = jaxid.get_estimator(name)
-fn = estimator if mode == "compiled" else estimator.__wrapped__
+sigma = jaxid.noise_std("uniform", 0.1)
 unknowns = ("m1", "m2") if name == "paper" else ("m1", "m2", "fv1", "fv2")  # the paper's route: masses
-kwargs = dict(unknowns=unknowns, noise_std=jaxid.noise_std("uniform", 0.1))
-if ESTIMATOR_CLASSES[name].takes_noise_mean:  # the time-domain baselines: the noise's mean is known
-    kwargs["measurement_offset"] = jaxid.noise_mean("uniform", 0.1)
+if name == "simulate":  # the record itself (simulate's compiled part is jaxid.simulation._trajectory)
+    if mode != "compiled":
+        jaxid.simulation._trajectory = jaxid.simulation._trajectory.__wrapped__
+    fn = lambda: jaxid.simulate(arm, exc)
+    value = lambda out: out.q[-1]
+elif name == "linear_crlb":
+    crlb = jaxid.linear_crlb if mode == "compiled" else jaxid.linear_crlb.__wrapped__
+    fn = lambda: crlb(arm, exc, unknowns, noise_std=sigma)
+    value = lambda out: jax.numpy.diag(out)
+else:
+    noisy = jaxid.add_noise(jaxid.simulate(arm, exc), key=jax.random.key(0), kind="uniform", level=0.1)
+    estimator = jaxid.get_estimator(name)
+    run_estimator = estimator if mode == "compiled" else estimator.__wrapped__
+    kwargs = dict(unknowns=unknowns, noise_std=sigma)
+    if ESTIMATOR_CLASSES[name].takes_noise_mean:  # the time-domain baselines: the noise's mean is known
+        kwargs["measurement_offset"] = jaxid.noise_mean("uniform", 0.1)
+    fn = lambda: run_estimator(noisy, exc, arm, **kwargs)
+    value = lambda out: out.value
 
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -48,11 +65,11 @@ out = {}
 try:
     for call in ("first", "second"):
         t0, c0 = time.perf_counter(), cpu()
-        est = fn(noisy, exc, arm, **kwargs)
-        jax.block_until_ready(est.value)
+        result = fn()
+        jax.block_until_ready(value(result))
         out[call + "_s"], out[call + "_cpu_s"] = time.perf_counter() - t0, cpu() - c0
-    out["value"] = [float(v) for v in est.value]
-    out["status"] = int(est.status)
+    out["value"] = [float(v) for v in value(result)]
+    out["status"] = int(result.status) if hasattr(result, "status") else 0
 except ValueError as err:  # reported, not hidden: op by op, a value check can fire mid-computation
     out["error"] = f"{type(err).__name__}: {err}"
 print(json.dumps(out))
