@@ -172,7 +172,7 @@ def linear_fisher_information(
     )
 
 
-@compiled_when_concrete  # one program on concrete inputs (the quickstart's first call 8.7 → 1.5 s)
+@compiled_when_concrete  # one program on concrete inputs (first call 7.7 → 1.1 s: scripts/bench_eager.py)
 def linear_crlb(
     arm: TwoLinkArm,
     excitation: Multisine,

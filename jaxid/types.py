@@ -221,8 +221,8 @@ def compiled_when_concrete(fn):
     """``fn`` run as one compiled program when called on concrete inputs, as itself when traced.
 
     Outside any transformation the call goes through ``eqx.filter_jit(fn)`` (arrays traced, other
-    arguments static), so its loops and small operations are compiled once as one program, not one
-    by one op by op; a later call with the same shapes and static arguments reuses it. A
+    arguments static), so its loops and small operations are compiled once as one program, not
+    op by op; a later call with the same shapes and static arguments reuses it. A
     ``lax.scan`` run op by op is even compiled again on every call (its body is a new closure each
     time). With a traced input (inside ``jit``/``vmap``/``grad``) ``fn`` is called as it is, so a
     caller's program is the same as without the wrapper. Checks that need concrete values belong
