@@ -133,9 +133,9 @@ def test_recorded_torque_is_the_applied_torque(setting, fast):
     grid = np.asarray(torque_grid(excitation, STEP, n))  # unit scale, (N, 3, 2)
     scale = float(excitation.scale)
     applied = offset[:, None, :] + scale * grid[None, :, 0, :]
-    # The same multisine on the same grid, to its last bits: bit for bit with jax 0.10; jax 0.11-0.12
-    # round the sum of cosines inside the simulation's compiled program differently from this
-    # eager evaluation, by up to 2 ulp (measured under Python 3.12, jax 0.12.0.1).
+    # The same multisine on the same grid, to its last bits: bit for bit with jax 0.10; jax 0.12.0.1
+    # rounds the sum of cosines inside the simulation's compiled program differently from this
+    # eager evaluation, by up to 2 ulp (measured under Python 3.12).
     last_bits = 4 * np.spacing(np.abs(applied).max())
     np.testing.assert_allclose(np.asarray(fast.tau), applied, rtol=0, atol=last_bits)
     # The same torque as the analytic multisine at the record's own times (which differ by trial:

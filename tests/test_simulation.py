@@ -270,3 +270,24 @@ def test_one_discarded_period_is_enough_when_the_transient_has_died(arm):
     rec = jaxid.simulate(arm, ex, sample_step=0.05, discard_periods=1, measured_periods=2)
     assert int(rec.status) == SUCCESS
     assert float(rec.steady_change) < 1e-8
+
+
+def test_concrete_simulate_and_bound_run_compiled(arm, caplog):
+    """``simulate`` and ``linear_crlb`` called on concrete inputs run as one compiled program
+    (``jaxid.types.compiled_when_concrete``): the numbers of the same call compiled by hand, and a
+    second call with other values of the same shapes compiles nothing."""
+    ex = jaxid.table2("split", fundamental=SHORT)
+    unknowns = ("m1", "m2", "fv1", "fv2")
+    rec = jaxid.simulate(arm, ex, discard_periods=1)
+    by_hand = jax.jit(lambda a, e: jaxid.simulate(a, e, discard_periods=1))(arm, ex)
+    np.testing.assert_array_equal(rec.q, by_hand.q)
+    np.testing.assert_array_equal(rec.tau, by_hand.tau)
+    bound = jaxid.linear_crlb(arm, ex, unknowns, noise_std=0.01)
+    np.testing.assert_array_equal(bound, jax.jit(lambda a: jaxid.linear_crlb(a, ex, unknowns, noise_std=0.01))(arm))
+    other = arm.replace(m2=2.0, fv2=3.0)
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        again = jaxid.simulate(other, ex.replace(scale=0.5), discard_periods=1)
+        jaxid.linear_crlb(other, ex, unknowns, noise_std=0.01)
+    compiled = [r.getMessage() for r in caplog.records if "XLA compilation" in r.getMessage()]
+    assert not compiled, compiled
+    assert not np.array_equal(again.q, rec.q)  # the new values reached the computation
