@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["lowpass", "differentiate", "default_cutoff", "dominant_frequency", "FILTER_METHODS"]
+__all__ = ["lowpass", "differentiate", "min_samples", "default_cutoff", "dominant_frequency", "FILTER_METHODS"]
 
 FILTER_METHODS = ("butterworth", "savgol")
 
@@ -45,6 +45,29 @@ def _check(sample_step: float, cutoff_hz: float) -> None:
         )
 
 
+def _padlen(order: int) -> int:
+    """The edge padding ``lowpass`` allows for, for a Butterworth low-pass of ``order``: ``3 (2 s + 1)``
+    with ``s = ⌈order / 2⌉`` second-order sections (``sosfiltfilt``'s default padding; 3 more than it
+    for an odd order). ``lowpass`` needs more samples than this."""
+    return 3 * (2 * ((order + 1) // 2) + 1)
+
+
+def min_samples(sample_step: float, cutoff_hz: float, *, method: str = "butterworth", order: int | None = None) -> int:
+    """The fewest samples ``differentiate`` (``method``, ``order``) and ``lowpass`` (``method="butterworth"``)
+    accept on a grid of step ``sample_step`` [s] at ``cutoff_hz`` [Hz].
+
+    Butterworth: one more than the filter's edge padding (16 for order 4, whatever the step and
+    cut-off). Savitzky–Golay: its window length (longer for a lower cut-off or a finer step).
+    Raises ``ValueError`` for a cut-off at/above Nyquist or an unknown method.
+    """
+    _check(sample_step, cutoff_hz)
+    if method == "butterworth":
+        return _padlen(4 if order is None else order) + 1
+    if method == "savgol":
+        return _savgol_window(sample_step, cutoff_hz, 3 if order is None else order)
+    raise ValueError(f"unknown filter method {method!r}; use one of {list(FILTER_METHODS)}.")
+
+
 def lowpass(x: np.ndarray, sample_step: float, cutoff_hz: float, *, order: int = 4) -> np.ndarray:
     """Zero-phase Butterworth low-pass along axis 0 (``filtfilt``, odd extension at the ends).
 
@@ -57,7 +80,7 @@ def lowpass(x: np.ndarray, sample_step: float, cutoff_hz: float, *, order: int =
 
     x = np.asarray(x, dtype=float)
     sos = signal.butter(order, cutoff_hz, btype="low", fs=1.0 / sample_step, output="sos")
-    padlen = 3 * (2 * sos.shape[0] + 1)
+    padlen = _padlen(order)  # = 3 (2 sos.shape[0] + 1)
     if x.shape[0] <= padlen:
         raise ValueError(f"record of {x.shape[0]} samples is too short for an order-{order} filter; need > {padlen}.")
     return signal.sosfiltfilt(sos, x, axis=0)

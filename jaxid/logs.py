@@ -18,6 +18,9 @@ the data shipped with jaxid; the zero-phase filter applied before differentiatio
 
 from __future__ import annotations
 
+import lzma
+import re
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -106,7 +109,12 @@ class MeasuredLog(eqx.Module):
 
 
 def read_table(path: str | Path):
-    """Read a CSV, gzipped CSV or parquet file into a pandas DataFrame (format from the suffix)."""
+    """Read a CSV, gzipped CSV or parquet file into a pandas DataFrame (format from the suffix).
+
+    Raises ``ValueError`` (one line, naming the file) for a missing file, an unknown suffix, an
+    empty file, a file with a header but no rows, and a file that cannot be read: a truncated or
+    corrupt gzip/bz2/xz or parquet file, or a CSV that is not comma-separated text.
+    """
     import pandas as pd
 
     path = Path(path)
@@ -114,10 +122,60 @@ def read_table(path: str | Path):
         raise ValueError(f"log file {str(path)!r} does not exist.")
     name = path.name.lower()
     if name.endswith((".parquet", ".pq")):
-        return pd.read_parquet(path)
-    if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".txt")):
-        return pd.read_csv(path)
-    raise ValueError(f"log file {str(path)!r}: unknown format; use .csv, .csv.gz or .parquet.")
+        kind = "parquet"
+    elif name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".txt")):
+        kind = "csv"
+    else:
+        raise ValueError(f"log file {str(path)!r}: unknown format; use .csv, .csv.gz or .parquet.")
+    if path.is_dir():
+        raise ValueError(f"{path.name}: is a directory, not a log file; give the file inside it.")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path.name}: the file is empty (0 bytes), it holds no samples; copy the log again.")
+    try:
+        frame = pd.read_parquet(path) if kind == "parquet" else pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"{path.name}: the file holds no header and no samples; give a log with a header line and one row per sample."
+        ) from None
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as error:
+        raise _unreadable(path, kind, error) from None
+    if len(frame) == 0:
+        raise ValueError(
+            f"{path.name}: the file has a header ({len(frame.columns)} columns) but no rows, it holds no samples; "
+            "give a log with one row per sample."
+        )
+    return frame
+
+
+def _reason(error: BaseException) -> str:
+    """A short one-line reason from a reader's exception."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    text = re.sub(r"^Could not open Parquet input source '[^']*': ", "", text)
+    return text.rstrip(".") if len(text) <= 100 else text[:97] + "..."
+
+
+def _unreadable(path: Path, kind: str, error: BaseException) -> ValueError:
+    if isinstance(error, PermissionError):
+        return ValueError(f"{path.name}: cannot be read (permission denied); check the file's permissions.")
+    compression = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}.get(path.suffix.lower())
+    if compression is not None and isinstance(error, (OSError, EOFError, zlib.error, lzma.LZMAError)):
+        # gzip.BadGzipFile (an OSError), EOFError (cut short), zlib.error (bad block), bz2's OSError, lzma's error.
+        return ValueError(
+            f"{path.name}: not a readable {compression} file (truncated or corrupt: {_reason(error)}); "
+            "copy the log again."
+        )
+    if kind == "parquet":
+        return ValueError(
+            f"{path.name}: not a readable parquet file (truncated or corrupt: {_reason(error)}); "
+            "copy the log again or export it again."
+        )
+    # UnicodeDecodeError (binary content), pandas' ParserError (ragged rows; also what a corrupt block in
+    # the middle of a gzip file usually gives, since pandas parses the garbage before the checksum at the end).
+    damaged = f"the {compression} file may be corrupt or " if compression else ""
+    return ValueError(
+        f"{path.name}: not a readable CSV file ({_reason(error)}); {damaged}a log must be comma-separated text "
+        "with one header line and one row per sample: copy the log again or export it again."
+    )
 
 
 def _columns(spec: str | Sequence[str], what: str) -> tuple[str, str]:
@@ -137,12 +195,45 @@ def _require_column(frame, name: str, what: str, path: Path) -> None:
     raise ValueError(f"{path.name}: no {what} column {name!r}; the file has {existing}.{did_you_mean(name, existing)}")
 
 
-def _finite(values: np.ndarray, name: str, path: Path) -> None:
+def _row(index: int, path: Path) -> str:
+    """How messages name a row: its position among the data rows, counted from 0 (pandas' index),
+    and for a CSV also its line in the (decompressed) text, the header being line 1."""
+    if path.name.lower().endswith((".parquet", ".pq")):
+        return f"row {index} (data rows counted from 0)"
+    return f"row {index} (data rows counted from 0; line {index + 2} of the CSV)"
+
+
+def _numbers(frame, name: str, path: Path, rows: slice = slice(None), what: str = "column") -> np.ndarray:
+    """Column ``name``'s rows ``rows`` as float64; names the first cell that is not a number."""
+    column = frame[name].iloc[rows]
+    try:
+        return np.asarray(column, dtype=float)
+    except (TypeError, ValueError):
+        pass
+    bad = []
+    for index, value in enumerate(column.tolist()):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            bad.append(index)
+    if not bad:  # every cell converts alone (not seen in practice)
+        raise ValueError(f"{path.name}: {what} {name!r} cannot be read as numbers; check its values.")
+    first = bad[0] + (rows.start or 0)
+    value = str(column.iloc[bad[0]])
+    value = value if len(value) <= 40 else value[:37] + "..."
+    window = "" if what == "time column" else ", or choose a window without it"  # every time stamp is used
+    raise ValueError(
+        f"{path.name}: {what} {name!r} has {len(bad)} non-numeric value(s), the first {value!r} at "
+        f"{_row(first, path)}; fix or drop that row{window}."
+    )
+
+
+def _finite(values: np.ndarray, name: str, path: Path, offset: int = 0) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
-        row = int(np.flatnonzero(bad)[0])
+        row = int(np.flatnonzero(bad)[0]) + offset
         raise ValueError(
-            f"{path.name}: column {name!r} has {int(bad.sum())} NaN/inf value(s), the first at row {row}; "
+            f"{path.name}: column {name!r} has {int(bad.sum())} NaN/inf value(s), the first at {_row(row, path)}; "
             "clean the log or choose a window without them."
         )
 
@@ -174,9 +265,11 @@ def load_log(
         A ``MeasuredLog`` (float64 if JAX's x64 mode is on, as the CLI and tests set it).
 
     Raises:
-        ValueError: (one line each) missing file or column (lists the columns, suggests a close
-        match), unknown format, time not strictly increasing (names the row), NaN/inf in a used
-        column, a window outside the data or with fewer than 3 samples, a non-positive step.
+        ValueError: (one line each, naming the file) missing file or column (lists the columns,
+        suggests a close match), unknown format, an empty file or one with no rows, a truncated or
+        corrupt gzip/parquet file, time not strictly increasing, a non-numeric or NaN/inf cell in
+        a used column (these three name the row: counted from 0 among the data rows, and the line
+        of a CSV), a window outside the data or with fewer than 3 samples, a non-positive step.
         ``TypeError`` for an unknown keyword (Python's own message).
 
     The resampling method (linear interpolation at the median step) is described in the
@@ -195,7 +288,7 @@ def load_log(
     for name in vel_cols or ():
         _require_column(frame, name, "velocity", path)
 
-    stamps = np.asarray(frame[time], dtype=float)
+    stamps = _numbers(frame, time, path, what="time column")
     _finite(stamps, time, path)
     if stamps.size < 3:
         raise ValueError(f"{path.name}: only {stamps.size} rows; a log needs at least 3 samples.")
@@ -204,8 +297,8 @@ def load_log(
         row = int(np.flatnonzero(steps <= 0)[0]) + 1
         kind = "repeats" if steps[row - 1] == 0 else "goes backwards"
         raise ValueError(
-            f"{path.name}: time column {time!r} {kind} at row {row} "
-            f"(t = {stamps[row]:.6g} s after {stamps[row - 1]:.6g} s); time stamps must be strictly "
+            f"{path.name}: time column {time!r} {kind} at {_row(row, path)}: "
+            f"t = {stamps[row]:.6g} s after {stamps[row - 1]:.6g} s; time stamps must be strictly "
             "increasing: sort the log and drop duplicated rows."
         )
 
@@ -242,8 +335,8 @@ def load_log(
     def resample(names):
         out = []
         for name in names:
-            values = np.asarray(frame[name], dtype=float)[lo:hi]
-            _finite(values, name, path)
+            values = _numbers(frame, name, path, slice(lo, hi))
+            _finite(values, name, path, offset=lo)
             out.append(np.interp(grid, stamps[lo:hi], values))
         return np.stack(out, -1)
 

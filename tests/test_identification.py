@@ -13,7 +13,16 @@ import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.identification import accelerations, filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
+from jaxid.identification import (
+    FilteredLog,
+    accelerations,
+    filter_log,
+    idim_iv,
+    idim_ls,
+    kalman_filter_fit,
+    output_error,
+)
+from jaxid.identification.idim import _null_directions
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +61,61 @@ def test_base_parameters_are_the_identifiable_set(problem):
     w = np.asarray(jaxid.standard_regressor(arm, d.q, d.qd, d.qdd)).reshape(-1, 13)
     w = w / np.maximum(np.linalg.norm(w, axis=0), 1e-300)
     assert np.linalg.matrix_rank(w, tol=1e-9) == base.rank
-    with pytest.raises(ValueError, match=r"rank 11 < 13.*'m1'"):
+    # Both directions: m1 never enters the torque, m2 only through I1 + l1² m2 and m1r1 + l1 m2 (l1 = 0.2 m).
+    with pytest.raises(
+        ValueError,
+        match=r"rank 11 < 13 parameters; unidentifiable directions \(2\): \[m1\], \[m2 - 0\.04 I1 - 0\.2 m1r1\]",
+    ):
         idim_ls(logs, lambda q, qd, qdd: jaxid.standard_regressor(arm, q, qd, qdd), jaxid.STANDARD_NAMES)
     assert ls.rank == 11 and 1 < ls.condition < 1e4
+
+
+def _toy_log(n=200, step=0.01):
+    t = step * np.arange(n)
+    q = np.stack([np.sin(2.0 * t), 0.5 * np.cos(3.0 * t)], -1)
+    qd = np.stack([2.0 * np.cos(2.0 * t), -1.5 * np.sin(3.0 * t)], -1)
+    qdd = np.stack([-4.0 * np.sin(2.0 * t), -4.5 * np.cos(3.0 * t)], -1)
+    tau = qdd + 0.1 * qd + np.sin(q)
+    a = jnp.asarray
+    return FilteredLog(a(t), a(q), a(q), a(qd), a(qdd), a(tau), a(tau), "toy", step, 5.0, "butterworth", 10)
+
+
+def test_rank_deficiency_names_every_direction():
+    """A regressor with two exact dependencies (a column twice another, a zero column): the message
+    names both directions with their coefficients (largest 1), in one line."""
+
+    def regressor(q, qd, qdd):
+        return jnp.stack([qdd, qd, jnp.sin(q), 2.0 * qd, jnp.zeros_like(q)], -1)  # (..., 2, 5)
+
+    names = ("I", "fv", "mgr", "fv_twice", "off")
+    with pytest.raises(ValueError, match=r"^the regressor has rank 3 < 5 parameters; ") as error:
+        idim_ls([_toy_log()], regressor, names)
+    message = str(error.value)
+    assert "\n" not in message
+    # fv + 2 fv_twice moves the torque by qd (1 - 0.5 * 2) = 0; off multiplies a zero column.
+    assert "unidentifiable directions (2): [fv - 0.5 fv_twice], [off] (" in message
+    assert "the basis is not unique" in message and "fit.fixed" in message and "fit.unknowns" in message
+    assert "'I'" not in message and "'mgr'" not in message  # the identifiable ones are not blamed
+    # One direction: no note about the basis.
+    with pytest.raises(
+        ValueError, match=r"rank 3 < 4 parameters; unidentifiable directions \(1\): \[fv - 0\.5 fv_twice\] \("
+    ) as error:
+        idim_ls([_toy_log()], lambda q, qd, qdd: regressor(q, qd, qdd)[..., :4], names[:4])
+    assert "not unique" not in str(error.value)
+
+
+def test_null_directions_are_a_readable_basis():
+    """For a random 3-dimensional null space: W d = 0 for each direction, each has its own pivot with
+    coefficient 1, zero at the other pivots, and no coefficient larger than 1 in magnitude."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(40, 2, 4)) * np.asarray([1.0, 10.0, 0.1, 3.0])
+    w = np.concatenate([w, w @ rng.normal(size=(4, 3))], -1)  # 7 columns, rank 4
+    scale = np.linalg.norm(w.reshape(-1, 7), axis=0)
+    basis, pivots = _null_directions((w / scale).reshape(-1, 7), scale)
+    assert basis.shape == (3, 7) and len(set(pivots)) == 3 and pivots == sorted(pivots)
+    np.testing.assert_allclose(w.reshape(-1, 7) @ basis.T, 0.0, atol=1e-9 * np.abs(w).max())
+    np.testing.assert_array_equal(basis[:, pivots], np.eye(3))
+    assert np.abs(basis).max() <= 1.0 + 1e-9
 
 
 def test_idim_ls_recovers_the_parameters(problem):

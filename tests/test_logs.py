@@ -1,12 +1,17 @@
 """load_log (CSV, CSV.gz, parquet; resampling; errors) and the zero-phase filters."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.filters import default_cutoff, differentiate, dominant_frequency, lowpass
+from jaxid.filters import default_cutoff, differentiate, dominant_frequency, lowpass, min_samples
+from jaxid.identification import filter_log
+
+REAL = Path(__file__).resolve().parent.parent / "data" / "double-pendulum" / "trajectory_03.csv.gz"
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +75,196 @@ def test_bad_time_and_values(tmp_path, edit, message):
     path = _write(tmp_path, edit(_frame()))
     with pytest.raises(ValueError, match=message):
         jaxid.load_log(path)
+
+
+def _one_line(error) -> str:
+    text = str(error.value)
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+def _truncated_gzip(tmp_path):
+    data = REAL.read_bytes()
+    path = tmp_path / REAL.name
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _random_bytes(name):
+    def make(tmp_path):
+        path = tmp_path / name
+        path.write_bytes(np.random.default_rng(0).bytes(2000))
+        return path
+
+    return make
+
+
+def _gzipped_binary(tmp_path):
+    import gzip
+
+    path = tmp_path / "binary.csv.gz"
+    path.write_bytes(gzip.compress(np.random.default_rng(1).bytes(3000)))
+    return path
+
+
+def _bad_checksum(tmp_path):
+    import gzip
+
+    data = bytearray(gzip.compress(_frame().to_csv(index=False).encode()))
+    data[-8] ^= 0xFF  # the CRC-32 of the text, in the last 8 bytes with the length
+    path = tmp_path / "crc.csv.gz"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _truncated_parquet(tmp_path):
+    path = tmp_path / "cut.parquet"
+    _frame().to_parquet(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _empty(name):
+    def make(tmp_path):
+        path = tmp_path / name
+        path.write_bytes(b"")
+        return path
+
+    return make
+
+
+def _header_only(name):
+    def make(tmp_path):
+        path = tmp_path / name
+        frame = _frame().iloc[:0]
+        frame.to_parquet(path) if name.endswith(".parquet") else frame.to_csv(path, index=False)
+        return path
+
+    return make
+
+
+def _cell(column, row, value, name="cell.csv"):
+    def make(tmp_path):
+        frame = _frame(50).astype(object)
+        frame.loc[row, column] = value
+        path = tmp_path / name
+        frame.astype(str).to_parquet(path) if name.endswith(".parquet") else frame.to_csv(path, index=False)
+        return path
+
+    return make
+
+
+# (id, file maker, regex the one-line message must match from its start)
+UNREADABLE = [
+    (
+        "truncated gzip",
+        _truncated_gzip,
+        r"trajectory_03\.csv\.gz: not a readable gzip file \(truncated or corrupt: Compressed file ended .*\); "
+        r"copy the log again\.$",
+    ),
+    (
+        "corrupt gzip",
+        _random_bytes("trajectory_03.csv.gz"),
+        r"trajectory_03\.csv\.gz: not a readable gzip file \(truncated or corrupt: Not a gzipped file.*copy the log",
+    ),
+    (
+        "gzip checksum",
+        _bad_checksum,
+        r"crc\.csv\.gz: not a readable gzip file \(truncated or corrupt: CRC check failed",
+    ),
+    (
+        "gzip of binary",
+        _gzipped_binary,
+        r"binary\.csv\.gz: not a readable CSV file \('utf-8' codec .*\); the gzip file may be corrupt or a log must",
+    ),
+    ("binary csv", _random_bytes("noise.csv"), r"noise\.csv: not a readable CSV file \("),
+    (
+        "corrupt parquet",
+        _random_bytes("noise.parquet"),
+        r"noise\.parquet: not a readable parquet file \(truncated or corrupt: Parquet magic bytes.*copy the log",
+    ),
+    ("truncated parquet", _truncated_parquet, r"cut\.parquet: not a readable parquet file \(truncated or corrupt"),
+    ("empty csv", _empty("empty.csv"), r"empty\.csv: the file is empty \(0 bytes\), it holds no samples"),
+    ("empty csv.gz", _empty("empty.csv.gz"), r"empty\.csv\.gz: the file is empty \(0 bytes\), it holds no samples"),
+    ("empty parquet", _empty("empty.parquet"), r"empty\.parquet: the file is empty \(0 bytes\), it holds no samples"),
+    (
+        "header only csv",
+        _header_only("header.csv"),
+        r"header\.csv: the file has a header \(5 columns\) but no rows, it holds no samples; give a log",
+    ),
+    (
+        "header only parquet",
+        _header_only("header.parquet"),
+        r"header\.parquet: the file has a header \(5 columns\) but no rows, it holds no samples",
+    ),
+    (
+        "text in an angle",
+        _cell("pos_meas1", 17, "abc"),
+        r"cell\.csv: column 'pos_meas1' has 1 non-numeric value\(s\), the first 'abc' at row 17 "
+        r"\(data rows counted from 0; line 19 of the CSV\); fix or drop that row, or choose a window without it\.$",
+    ),
+    (
+        "text in a torque",
+        _cell("tau_meas2", 3, "1,5"),
+        r"cell\.csv: column 'tau_meas2' has 1 non-numeric value\(s\), the first '1,5' at row 3 ",
+    ),
+    (
+        "text in the time",
+        _cell("time", 4, "0.008s"),
+        r"cell\.csv: time column 'time' has 1 non-numeric value\(s\), the first '0\.008s' at row 4 "
+        r"\(data rows counted from 0; line 6 of the CSV\); fix or drop that row\.$",
+    ),
+    (
+        "text in a parquet angle",
+        _cell("pos_meas2", 9, "n/a", "cell.parquet"),
+        r"cell\.parquet: column 'pos_meas2' has 1 non-numeric value\(s\), the first 'n/a' at row 9 "
+        r"\(data rows counted from 0\);",
+    ),
+]
+
+
+@pytest.mark.parametrize("make,pattern", [c[1:] for c in UNREADABLE], ids=[c[0] for c in UNREADABLE])
+def test_unreadable_logs_name_the_file(tmp_path, make, pattern):
+    with pytest.raises(ValueError, match="^" + pattern) as error:
+        jaxid.load_log(make(tmp_path))
+    _one_line(error)
+
+
+def test_rows_are_named_in_the_file_with_a_window(tmp_path):
+    """Rows are counted in the file (from 0), also when a window starts later: here rows 20..40."""
+    frame = _frame(60)
+    frame.loc[30, "pos_meas1"] = np.nan
+    path = _write(tmp_path, frame)
+    with pytest.raises(ValueError, match=r"the first at row 30 \(data rows counted from 0; line 32 of the CSV\)"):
+        jaxid.load_log(path, window=(0.04, 0.08))
+    jaxid.load_log(path, window=(0.0, 0.05))  # outside the window: fine
+    cell = _cell("tau_meas1", 35, "x")(tmp_path)
+    with pytest.raises(ValueError, match=r"the first 'x' at row 35 "):
+        jaxid.load_log(cell, window=(0.04, 0.08))
+    jaxid.load_log(cell, window=(0.0, 0.05))
+    # The time-stamp messages count rows the same way.
+    with pytest.raises(ValueError, match=r"repeats at row 10 \(data rows counted from 0; line 12 of the CSV\): t = "):
+        jaxid.load_log(_write(tmp_path, _frame().assign(time=lambda f: f["time"].where(f.index != 10, f["time"][9]))))
+
+
+def test_a_log_too_short_for_the_filter_says_how_long_it_must_be(tmp_path):
+    log = jaxid.load_log(_write(tmp_path, _frame(20), "short.csv"))  # 20 samples, 0.038 s
+    assert min_samples(0.002, 20.0) == 16 and min_samples(0.002, 20.0, order=8) == 28
+    with pytest.raises(ValueError, match=r"^short: the log lasts 0\.038 s \(20 samples of 0\.002 s\)") as error:
+        filter_log(log, 20.0, order=8, trim_s=0.0)
+    assert "order-8 Butterworth" in _one_line(error)
+    assert "needs at least 0.054 s (28 samples) at this step and cut-off" in str(error.value)
+    assert str(error.value).endswith("use a longer log (or a wider window), or a smaller filter order.")
+    # Savitzky–Golay: its window is longer at a lower cut-off.
+    with pytest.raises(ValueError, match=r"polynomial order 3 .* \(33 samples\).*a lower polynomial order or a higher"):
+        filter_log(log, 20.0, method="savgol", trim_s=0.0)
+    # The default trim (0.1 s at each end) needs 2 * 50 + 10 samples.
+    with pytest.raises(ValueError, match=r"at least 0\.218 s \(110 samples\).*or a smaller trim_s\.$"):
+        filter_log(log, 20.0)
+    filter_log(log, 20.0, trim_s=0.0)  # 20 > 16: long enough
+    with pytest.raises(ValueError, match="Nyquist"):  # the cut-off is still checked first
+        filter_log(log, 300.0)
 
 
 def test_window_and_options_errors(tmp_path):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..filters import differentiate, lowpass
+from ..filters import differentiate, lowpass, min_samples
 from ..integrate import rk4_step
 from ..linalg import solve_2x2
 from ..logs import MeasuredLog
@@ -101,17 +101,19 @@ def filter_log(
     """Filter and differentiate a measured log (see the module docstring).
 
     ``trim_s`` [s] at each end are excluded from estimation and metrics (default 0.1 s).
-    Raises ``ValueError`` (from ``jaxid.filters``) for a bad method or cut-off.
+    Raises ``ValueError`` (one line) for a bad method or cut-off (from ``jaxid.filters``), and,
+    before any filtering, for a log too short for the filter (Butterworth: its edge padding;
+    Savitzky–Golay: its window) or for ``trim_s`` at both ends: the message names the log, its
+    duration and the shortest duration that works at this step and cut-off.
     """
     h = log.sample_step
     q_raw = np.asarray(log.q)
+    lp_order = 4 if (order is None or method != "butterworth") else order
+    _check_length(log, cutoff_hz, method, order, lp_order, trim_s)
     qf, qd, qdd = differentiate(q_raw, h, cutoff_hz, method=method, order=order)
     tau_raw = np.asarray(log.tau)
-    lp_order = 4 if (order is None or method != "butterworth") else order
     tau = lowpass(tau_raw, h, cutoff_hz, order=lp_order)
     trim = int(round(trim_s / h))
-    if 2 * trim + 10 > q_raw.shape[0]:
-        raise ValueError(f"{log.name}: {log.duration:.3g} s is too short for trim_s = {trim_s} s at both ends.")
     a = jnp.asarray
     return FilteredLog(
         a(log.t),
@@ -127,6 +129,33 @@ def filter_log(
         method,
         trim,
         lp_order,
+    )
+
+
+def _check_length(log: MeasuredLog, cutoff_hz, method, order, lp_order, trim_s) -> None:
+    """Raise, before filtering, if ``log`` has fewer samples than the filters and the trim need."""
+    h = log.sample_step
+    angles = min_samples(h, cutoff_hz, method=method, order=order)  # also checks the cut-off and method
+    torque = min_samples(h, cutoff_hz, order=lp_order)  # the torque's Butterworth low-pass
+    trimmed = 2 * int(round(trim_s / h)) + 10  # at least 10 usable samples between the trims
+    need = max(angles, torque, trimmed)
+    if log.samples >= need:
+        return
+    if method == "savgol":
+        what = f"a Savitzky–Golay filter of polynomial order {3 if order is None else order}"
+        shorter = "a lower polynomial order or a higher cut-off"  # the window is ∝ (order + 1) / cut-off
+    else:
+        what = f"an order-{lp_order} Butterworth filter"
+        shorter = "a smaller filter order"
+    fixes = ["use a longer log (or a wider window)"]
+    if angles > log.samples or (method != "savgol" and torque > log.samples):
+        fixes.append(shorter)
+    if trimmed > log.samples:
+        fixes.append("a smaller trim_s")
+    raise ValueError(
+        f"{log.name}: the log lasts {log.duration:.4g} s ({log.samples} samples of {h:.4g} s), too short to "
+        f"filter at {cutoff_hz:.4g} Hz with {what} and trim {trim_s:.4g} s at each end, which needs at least "
+        f"{(need - 1) * h:.4g} s ({need} samples) at this step and cut-off; {', or '.join(fixes)}."
     )
 
 

@@ -121,22 +121,86 @@ def _scaled(w):
     return scale
 
 
+def _rank_tolerance(a_scaled: np.ndarray, s: np.ndarray) -> float:
+    """Singular values at or below this count as zero (NumPy's ``matrix_rank`` default)."""
+    return max(a_scaled.shape) * np.finfo(float).eps * s[0]
+
+
 def _rank_condition(a_scaled: np.ndarray) -> tuple[int, float]:
     s = np.linalg.svd(a_scaled, compute_uv=False)
-    tol = max(a_scaled.shape) * np.finfo(float).eps * s[0]
-    rank = int(np.sum(s > tol))
+    rank = int(np.sum(s > _rank_tolerance(a_scaled, s)))
     return rank, float(s[0] / s[-1]) if s[-1] > 0 else float("inf")
 
 
-def _check_rank(rank, names, a_scaled):
-    if rank < len(names):
-        _, _, vt = np.linalg.svd(a_scaled, full_matrices=False)
-        null = vt[-1]
-        involved = [n for n, c in zip(names, null, strict=True) if abs(c) > 0.1]
-        raise ValueError(
-            f"the regressor has rank {rank} < {len(names)} parameters: {involved} are not separately "
-            "identifiable from these logs; use the base parameters or fix some of them."
-        )
+def _null_directions(a_scaled: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """A readable basis ``(k, p)`` of the parameter directions ``d`` with ``W d = 0``, ``W = a_scaled · diag(scale)``.
+
+    The right singular vectors of ``a_scaled`` whose singular values are at or below the rank
+    tolerance (the one ``_rank_condition`` uses) span the null space in scaled coordinates; ``d = v /
+    scale`` maps them to the parameters. The basis is then put in reduced row echelon form over
+    ``k`` pivot parameters chosen of maximal volume: each direction has coefficient 1 at its own
+    pivot, 0 at the others' pivots and ``|c| <= 1`` elsewhere (so its largest coefficient is 1).
+    Coefficients below ``1e-6`` are set to zero. Returns the basis, rows ordered by pivot, and the pivots.
+    """
+    p = a_scaled.shape[1]
+    padded = np.vstack([a_scaled, np.zeros((max(p - a_scaled.shape[0], 0), p))])  # vt is (p, p)
+    _, s, vt = np.linalg.svd(padded, full_matrices=False)
+    null = vt[s <= _rank_tolerance(a_scaled, s)] / scale  # (k, p)
+    k = null.shape[0]
+    if k == 0:
+        return null, []
+    # Greedy pivots (Gauss–Jordan, complete pivoting), then swaps that each raise |det| (maxvol).
+    work, pivots = null.copy(), []
+    for row in range(k):
+        mags = np.abs(work[row:])
+        mags[:, pivots] = 0.0
+        i, j = np.unravel_index(np.argmax(mags), mags.shape)
+        work[[row, row + i]] = work[[row + i, row]]
+        work -= np.outer(work[:, j] / work[row, j], work[row]) * (np.arange(k) != row)[:, None]
+        pivots.append(int(j))
+    for _ in range(10 * p):
+        basis = np.linalg.solve(null[:, pivots], null)
+        i, j = np.unravel_index(np.argmax(np.abs(basis)), basis.shape)
+        if abs(basis[i, j]) <= 1.0 + 1e-9:
+            break
+        pivots[i] = int(j)
+    basis[np.abs(basis) < 1e-6] = 0.0
+    basis[np.arange(k), pivots] = 1.0
+    order = np.argsort(pivots)
+    return basis[order], [pivots[i] for i in order]
+
+
+def _combination(direction: np.ndarray, lead: int, names: Sequence[str]) -> str:
+    """``[I2 - 0.3 m2r2]``: the pivot parameter (coefficient 1) first, then the others in order."""
+    terms = []
+    for j in [lead, *(int(j) for j in np.flatnonzero(direction) if j != lead)]:
+        c = float(direction[j])
+        size = "" if f"{abs(c):.3g}" == "1" else f"{abs(c):.3g} "
+        sign = ("- " if c < 0 else "+ ") if terms else ("-" if c < 0 else "")
+        terms.append(f"{sign}{size}{names[j]}")
+    return "[" + " ".join(terms) + "]"
+
+
+def _check_rank(rank, names, a_scaled, scale):
+    """Raise if the regressor ``a_scaled · diag(scale)`` is rank deficient, naming every unidentifiable direction."""
+    if rank >= len(names):
+        return
+    basis, pivots = _null_directions(a_scaled, scale)
+    directions = ", ".join(_combination(d, j, names) for d, j in zip(basis, pivots, strict=True))
+    k = basis.shape[0]
+    note = (
+        "; the basis is not unique: any combination of these is unidentifiable too, and each leads with a "
+        "parameter of its own"
+        if k > 1
+        else ""
+    )
+    involved = sorted({names[j] for j in np.flatnonzero(np.any(basis != 0, axis=0))}, key=list(names).index)
+    raise ValueError(
+        f"the regressor has rank {rank} < {len(names)} parameters; unidentifiable directions ({k}): {directions} "
+        f"(moving the parameters along them leaves the torque unchanged, so these logs cannot tell them apart"
+        f"{note}); excite {involved} with richer motion, or fix some of them (fit.fixed) or leave them out of "
+        "fit.unknowns, e.g. use the base parameters."
+    )
 
 
 def _solve(a, b, bounds, scale):
@@ -171,7 +235,8 @@ def idim_ls(
         parallel: low-pass the regressor columns like the torque (default ``True``; module docstring).
         known: torque of fixed parameters, subtracted from the measured torque (default none).
 
-    Raises ``ValueError`` if the regressor is rank-deficient (names the parameters involved).
+    Raises ``ValueError`` (one line) if the regressor is rank-deficient: it names every unidentifiable
+    direction as a combination of the parameters (``[I2 - 0.3 m2r2], [fc1]``; see ``_null_directions``).
     """
     names = tuple(names)
     if decimate is None:
@@ -182,7 +247,7 @@ def idim_ls(
     sigma = np.ones(2)
     a = (w / scale).reshape(-1, len(names))
     rank, _ = _rank_condition(a)
-    _check_rank(rank, names, a)
+    _check_rank(rank, names, a, scale)
     x = _solve(a, y.reshape(-1), None, scale)
     if weighted:
         resid = y - np.einsum("njp,p->nj", w / scale, x)
