@@ -1,14 +1,18 @@
 """Experiment configuration: a TOML file of named settings, validated with helpful messages.
 
-An experiment file has three kinds of tables::
+An experiment file has these tables::
 
     [experiment]            # name, description, seed, trials, chunk, plots
+    [arm]                   # optional: the user's arm (jaxid.model.description), model = "arm"
     [defaults]              # keys shared by all settings
     [settings.<name>]       # one table per setting; its keys override the defaults
 
 A setting is resolved as ``SETTING_DEFAULTS`` ← ``[defaults]`` ← ``[settings.<name>]``. Every key
 is checked against the allowed keys (a typo gets a suggestion) and every value against its
-allowed values. See ``experiments/README.md`` for the keys and the shipped experiments.
+allowed values. The ``[arm]`` table is read by ``resolve_description`` when the file is loaded
+(a ``parameters`` file in it is relative to the experiment file): with it, ``model = "arm"`` is
+the default, and the settings that use it start from that arm (``parameters`` and ``sample``
+apply on top). See ``experiments/README.md`` for the keys and the shipped experiments.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import PARAMETER_NAMES
+from .model.description import resolve_description
 from .types import did_you_mean
 
 __all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]
@@ -34,8 +39,8 @@ class ConfigError(ValueError):
 
 #: Default value of every setting key; also the list of allowed keys.
 SETTING_DEFAULTS: dict[str, Any] = {
-    "model": "point_mass",  # arm preset: point_mass | table1
-    "parameters": {},  # overrides of preset parameters, e.g. {m2 = 2.0, fv1 = 3.0}
+    "model": "point_mass",  # arm: point_mass | table1 | arm (the [arm] table; the default when there is one)
+    "parameters": {},  # overrides of the nominal arm's parameters, e.g. {m2 = 2.0, fv1 = 3.0}
     "sample": {},  # sampled parameters: {m2 = {dist = "uniform", width = 0.1}} (relative)
     "parameter_sets": 1,  # distinct sampled parameter sets (each simulated once)
     "unknowns": ["m1", "m2", "fv1", "fv2"],
@@ -70,7 +75,7 @@ EXPERIMENT_KEYS = {
 }
 
 _CHOICES = {
-    "model": ("point_mass", "table1"),
+    "model": ("point_mass", "table1", "arm"),
     "lines": ("same", "split"),
     "phases": ("zero", "schroeder", "random"),
     "simulator": ("nonlinear", "linear"),
@@ -87,18 +92,26 @@ PLOTS = ("coefficients", "estimates", "rmse_vs_noise", "rmse_vs_scale", "rmse_vs
 
 @dataclass(frozen=True)
 class Setting:
-    """One resolved setting (all keys of ``SETTING_DEFAULTS`` present and validated)."""
+    """One resolved setting (all keys of ``SETTING_DEFAULTS`` present and validated).
+
+    ``arm``: for ``model = "arm"``, the experiment's resolved ``[arm]`` table (every parameter
+    explicit, ``jaxid.model.description.resolve_description``); ``None`` for the presets.
+    """
 
     name: str
     values: dict[str, Any]
     trials: int
+    arm: dict[str, Any] | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
     def digest(self) -> str:
-        """A short hash of the resolved values (a resumed run must match it)."""
-        blob = json.dumps({"name": self.name, "trials": self.trials, **self.values}, sort_keys=True, default=str)
+        """A short hash of the resolved values and arm (a resumed run must match it)."""
+        extra = {"arm": self.arm} if self.arm is not None else {}
+        blob = json.dumps(
+            {"name": self.name, "trials": self.trials, **self.values, **extra}, sort_keys=True, default=str
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -114,6 +127,8 @@ class Experiment:
     full_trials: int | None = None
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    #: The resolved ``[arm]`` table (every parameter explicit), or ``None`` without one.
+    arm: dict[str, Any] | None = None
 
     def setting(self, name: str) -> Setting:
         for s in self.settings:
@@ -136,7 +151,7 @@ class Experiment:
         if trials is not None:
             if trials < 1:
                 raise ConfigError(f"--trials must be >= 1, got {trials}.")
-            settings = tuple(Setting(s.name, s.values, trials) for s in settings)
+            settings = tuple(Setting(s.name, s.values, trials, s.arm) for s in settings)
         return Experiment(
             self.name,
             self.description,
@@ -148,10 +163,12 @@ class Experiment:
             self.full_trials,
             self.source,
             self.raw,
+            self.arm,
         )
 
     def resolved(self) -> dict:
-        """The fully resolved configuration (written next to the results)."""
+        """The fully resolved configuration (written next to the results); the ``[arm]`` table, if
+        any, with every parameter explicit (``parse_experiment`` reads it back as the same arm)."""
         return {
             "experiment": {
                 "name": self.name,
@@ -162,12 +179,18 @@ class Experiment:
                 "plots": list(self.plots),
                 **({"full_trials": self.full_trials} if self.full_trials else {}),
             },
+            **({"arm": dict(self.arm)} if self.arm is not None else {}),
             "settings": {s.name: {**s.values, "trials": s.trials} for s in self.settings},
         }
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment TOML file."""
+    """Read and validate an experiment TOML file (``ConfigError``, one line, on any problem).
+
+    An ``[arm]`` table is checked here, before anything runs; a ``parameters`` file it names is
+    read relative to the experiment file's folder. A ``preset`` named in it builds that arm, which
+    needs float64 (``jax_enable_x64``), as every arm does.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
@@ -178,13 +201,33 @@ def load_experiment(path: str | Path) -> Experiment:
     return parse_experiment(raw, source=str(path), default_name=path.stem)
 
 
-def parse_experiment(raw: dict, source: str | None = None, default_name: str = "experiment") -> Experiment:
+def parse_experiment(
+    raw: dict, source: str | None = None, default_name: str = "experiment", base_dir: str | Path | None = None
+) -> Experiment:
+    """Validate an experiment given as a dict (the parsed TOML); see the module docstring.
+
+    ``base_dir``: the folder an ``[arm]`` table's ``parameters`` file is relative to (default: the
+    folder of ``source`` if given, else the working directory). Raises ``ConfigError`` (one line).
+    """
     where = f"{source}: " if source else ""
+    tables = ("experiment", "arm", "defaults", "settings")
     for key in raw:
-        if key not in ("experiment", "defaults", "settings"):
+        if key not in tables:
             raise ConfigError(
-                f"{where}unknown top-level table [{key}]; use [experiment], [defaults] and [settings.<name>].{did_you_mean(key, ['experiment', 'defaults', 'settings'])}"
+                f"{where}unknown top-level table [{key}]; use [experiment], [arm], [defaults] and [settings.<name>].{did_you_mean(key, tables)}"
             )
+    arm = None
+    if "arm" in raw:
+        if base_dir is None and source is not None:
+            base_dir = Path(source).parent
+        if not isinstance(raw["arm"], dict):
+            raise ConfigError(
+                f'{where}arm must be a table ([arm], with keys such as preset = "double_pendulum"), got {raw["arm"]!r}.'
+            )
+        try:
+            arm = resolve_description(raw["arm"], base_dir=base_dir, where=f"{where}arm")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     exp = raw.get("experiment", {})
     for key, value in exp.items():
         if key not in EXPERIMENT_KEYS:
@@ -216,12 +259,20 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
             raise ConfigError(f"{where}settings.{name} must be a table ([settings.{name}]).")
         _check_keys(table, f"{where}[settings.{name}]")
         values = copy.deepcopy(SETTING_DEFAULTS)
+        if arm is not None:
+            values["model"] = "arm"
         values.update(copy.deepcopy(defaults))
         values.update(copy.deepcopy(table))
+        if values["model"] == "arm" and arm is None:
+            raise ConfigError(
+                f'{where}settings.{name}.model = "arm" needs a top-level [arm] table describing the arm (keys in '
+                'experiments/README.md, e.g. preset = "double_pendulum" or parameters = "arm.yml"); add one or '
+                'choose model = "point_mass" or "table1".'
+            )
         values = _validate_setting(values, f"{where}settings.{name}")
         n = values.pop("trials") or trials
         values["trials"] = None
-        settings.append(Setting(name, values, int(n)))
+        settings.append(Setting(name, values, int(n), arm if values["model"] == "arm" else None))
     return Experiment(
         name=exp.get("name", default_name),
         description=exp.get("description", ""),
@@ -233,6 +284,7 @@ def parse_experiment(raw: dict, source: str | None = None, default_name: str = "
         full_trials=exp.get("full_trials"),
         source=source,
         raw=raw,
+        arm=arm,
     )
 
 
@@ -312,7 +364,7 @@ def _validate_setting(v: dict, where: str) -> dict:
         extra = set(spec) - {"dist", *need}
         if extra or any(k not in spec for k in need):
             raise ConfigError(
-                f"{where}.sample.{name}: dist = {spec['dist']!r} takes exactly {list(need)} (relative to the preset value)."
+                f"{where}.sample.{name}: dist = {spec['dist']!r} takes exactly {list(need)} (relative to the nominal value)."
             )
     names = v["estimators"]
     if isinstance(names, str):

@@ -2,9 +2,9 @@
 
 For each setting of an experiment:
 
-1. the nominal arm (preset + overrides) and the excitation are built; trial ``i`` uses parameter
-   set ``i mod S`` (``S`` = ``parameter_sets``), whose parameters are drawn from its own key
-   (``sampling``);
+1. the nominal arm (a preset or the experiment's ``[arm]`` table, plus overrides) and the
+   excitation are built; trial ``i`` uses parameter set ``i mod S`` (``S`` = ``parameter_sets``),
+   whose parameters are drawn from its own key (``sampling``);
 2. each parameter set is simulated **once** (``simulate_batch``, sharded over devices) with its
    own transient length, kept while chunks need it, and each trial's noise is added to its set's
    record (keys from ``(seed, setting, trial)``), so a trial's row depends on the seed, the

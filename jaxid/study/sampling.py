@@ -23,7 +23,8 @@ import numpy as np
 
 from ..config import Setting
 from ..excitation import Multisine, table2
-from ..model import TwoLinkArm, point_mass, table1
+from ..model import TwoLinkArm
+from ..model.description import arm_from_description
 from ..transient import transient_periods_each
 
 __all__ = [
@@ -76,8 +77,21 @@ def parameter_set_of(trials, sets: int) -> np.ndarray:
 
 
 def build_arm(setting: Setting) -> TwoLinkArm:
-    """The setting's nominal (true, unsampled) arm: preset plus ``parameters`` overrides."""
-    arm = point_mass() if setting["model"] == "point_mass" else table1()
+    """The setting's nominal (true, unsampled) arm: its ``model`` plus ``parameters`` overrides.
+
+    ``model`` names a preset (``point_mass``, ``table1``) or ``"arm"``, the experiment's resolved
+    ``[arm]`` table (``setting.arm``); either way the arm is built by the one loader,
+    ``jaxid.model.description.arm_from_description``. Raises ``ValueError`` for ``model = "arm"``
+    without a table, and for overrides the arm rejects.
+    """
+    if setting["model"] == "arm":
+        if setting.arm is None:
+            raise ValueError(
+                f'setting {setting.name!r} has model = "arm" but no [arm] table; give the experiment an [arm] table.'
+            )
+        arm = arm_from_description(setting.arm)
+    else:
+        arm = arm_from_description({"preset": setting["model"]})
     params = setting["parameters"]
     if params:
         arm = arm.with_parameters(tuple(params), jnp.asarray([float(v) for v in params.values()]))

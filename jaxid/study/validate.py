@@ -13,6 +13,7 @@ what to change. ``run_study`` (and so ``run_experiment`` and ``jaxid run``) call
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -58,7 +59,7 @@ def _check_parameters(setting: Setting, where: str) -> TwoLinkArm:
     params = setting["parameters"]
     preset = {k: v for k, v in setting.values.items() if k != "parameters"}
     for name, value in params.items():
-        single = Setting(setting.name, {**preset, "parameters": {name: value}}, setting.trials)
+        single = dataclasses.replace(setting, values={**preset, "parameters": {name: value}})
         try:
             build_arm(single)
         except ValueError as err:
@@ -126,7 +127,7 @@ def _check_sampling(setting: Setting, nominal: TwoLinkArm, where: str) -> None:
         value = s[word]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigError(
-                f'{key}.{word} must be a positive finite number (relative to the preset value), got {value!r}; use dist = "fixed" for no spread.'
+                f'{key}.{word} must be a positive finite number (relative to the nominal value), got {value!r}; use dist = "fixed" for no spread.'
             )
         if b == 0:
             raise ConfigError(
