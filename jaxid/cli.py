@@ -8,6 +8,7 @@ jaxid list
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -146,23 +147,40 @@ def cmd_list(args) -> int:
 
 def cmd_fit(args) -> int:
     _setup_jax(1)
+    import warnings
+
     from .config import ConfigError
     from .fit import FitExists, load_fit_config, run_fit
 
     try:
         config = load_fit_config(args.config, data=args.data)
-        out = run_fit(config, args.out, overwrite=args.overwrite, figures=not args.no_figures)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = run_fit(config, args.out, overwrite=args.overwrite, figures=not args.no_figures)
     except (ConfigError, FitExists, ValueError) as err:
         print(f"jaxid fit: error: {err}", file=sys.stderr)
         return 2
+    for w in caught:  # one line each on stderr
+        text = str(w.message).removeprefix("jaxid fit: ")
+        print(f"jaxid fit: warning: {text}", file=sys.stderr)
     import pandas as pd
 
     from .fit import markdown_summary
 
     summary = pd.read_csv(out / "summary.csv")
-    print(f"Per-joint RMSE, {summary['role'].iloc[0]} runs (mean over runs):")
+    manifest = json.loads((out / "manifest.json").read_text())
+    print(
+        f"Per-joint RMSE, {summary['role'].iloc[0]} runs (mean over runs; torque in the "
+        f"{manifest['evaluation_band_hz']:g} Hz evaluation band, fit cut-off {manifest['cutoff_hz']:g} Hz):"
+    )
     print(markdown_summary(summary))
-    print(f"Results in {out}/ (parameters.csv, validation.csv, summary.csv, figures/, manifest.json)")
+    notes = manifest["warnings"]
+    if notes:
+        print(f"{len(notes)} warning(s) (warnings.csv; also on stderr): a result is not to be trusted where named.")
+    print(
+        f"Results in {out}/ (parameters.csv, validation.csv, summary.csv, warnings.csv, identified/, figures/, "
+        "manifest.json)"
+    )
     return 0
 
 

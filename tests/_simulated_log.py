@@ -43,8 +43,9 @@ def torque(t):
     return np.stack([tau1, tau2], -1)
 
 
-def simulate(arm):
-    steps = int(round(DURATION / FINE_STEP))
+def simulate(arm, torque=torque, duration=DURATION):
+    """``(t, states, reported torque)`` of ``arm`` from rest under ``torque(t) -> (N, 2)``."""
+    steps = int(round(duration / FINE_STEP))
     t = np.arange(steps + 1) * FINE_STEP
     half = np.arange(2 * steps + 1) * (FINE_STEP / 2)
     u = torque(half)
@@ -66,25 +67,30 @@ def simulate(arm):
 def write_logs(tmp_dir, seed=0):
     """Write the simulated log as CSV.gz and parquet; return (paths, arm)."""
     arm = true_arm()
-    t, states, tau = simulate(arm)
+    frame = log_frame(*simulate(arm), seed=seed)
+    csv = tmp_dir / "sim.csv.gz"
+    parquet = tmp_dir / "sim.parquet"
+    frame.to_csv(csv, index=False)
+    frame.to_parquet(parquet, index=False)
+    return csv, parquet, arm, frame
+
+
+def log_frame(t, states, tau, *, seed=0, angle_noise=1e-4, torque_noise=0.01):
+    """A simulated run as a real log: jittered stamps (1-3 ms steps), noisy angles and torques."""
     rng = np.random.default_rng(seed)
     idx = np.concatenate([[0], np.cumsum(rng.integers(1, 4, size=t.size))])
     idx = idx[idx < t.size]
     frame = pd.DataFrame(
         {
             "time": t[idx] + rng.uniform(-2e-5, 2e-5, idx.size) * (idx > 0),
-            "pos_meas1": states[idx, 0] + 1e-4 * rng.standard_normal(idx.size),
-            "pos_meas2": states[idx, 1] + 1e-4 * rng.standard_normal(idx.size),
+            "pos_meas1": states[idx, 0] + angle_noise * rng.standard_normal(idx.size),
+            "pos_meas2": states[idx, 1] + angle_noise * rng.standard_normal(idx.size),
             "vel_meas1": states[idx, 2],
             "vel_meas2": states[idx, 3],
-            "tau_meas1": tau[idx, 0] + 0.01 * rng.standard_normal(idx.size),
-            "tau_meas2": tau[idx, 1] + 0.01 * rng.standard_normal(idx.size),
+            "tau_meas1": tau[idx, 0] + torque_noise * rng.standard_normal(idx.size),
+            "tau_meas2": tau[idx, 1] + torque_noise * rng.standard_normal(idx.size),
             "tau_con1": tau[idx, 0],
             "tau_con2": tau[idx, 1],
         }
     )
-    csv = tmp_dir / "sim.csv.gz"
-    parquet = tmp_dir / "sim.parquet"
-    frame.to_csv(csv, index=False)
-    frame.to_parquet(parquet, index=False)
-    return csv, parquet, arm, frame
+    return frame

@@ -131,13 +131,14 @@ def _offset_arm():
 @pytest.mark.parametrize(
     "which, suffix",
     [(w, s) for w in ("double_pendulum", "point_mass") for s in (".toml", ".yml", ".yaml")]
-    + [("offsets", ".toml"), ("zero_term", ".toml")],  # the lab's format holds neither (tested below)
+    + [("offsets", ".toml"), ("zero_term", ".toml"), ("lab_offsets", ".yml")],  # see the refusals below
 )
 def test_saved_parameters_load_back(tmp_path, which, suffix):
     arm = {
         "double_pendulum": double_pendulum(),
         "point_mass": point_mass(),
         "offsets": _offset_arm(),
+        "lab_offsets": double_pendulum().replace(torque_offset=(0.0123456789012345, -0.3)),
         "zero_term": table1().replace(rotor_inertia=1e-5, gear_ratio=9.0, active_terms=("coulomb",)),
     }[which]
     path = save_parameters(tmp_path / f"arm{suffix}", arm, notes="first line\nsecond line")
@@ -154,7 +155,6 @@ def test_lab_yaml_refuses_what_it_cannot_hold_and_drops_zero_terms(tmp_path):
     one_line_error(
         lambda: save_parameters(tmp_path / "a.yml", _offset_arm()),
         "a.yml",
-        "torque offsets",
         "Coulomb slope of 50",
         ".toml",
     )

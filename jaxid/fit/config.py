@@ -19,8 +19,7 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "name": None,
         "description": "",
         "data": ".",
-        "model": "double_pendulum",
-        "reference": "double_pendulum",
+        "reference": "",
         "unknowns": "base",
         "fixed": {},
     },
@@ -31,6 +30,7 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "time": "time",
         "sample_step": None,
         "window": None,
+        "angle_unit": "rad",
     },
     "split": {"rule": "", "train": None, "test": []},
     "filter": {
@@ -42,7 +42,7 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "trim_s": 0.1,
     },
     "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
-    "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "output_error"},
+    "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "idim_ls", "band_hz": 10.0},
     "frequency": {"harmonics": 5, "min_share": 0.5},
 }
 
@@ -55,7 +55,8 @@ _ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
     "ukf": {"measurement_std": None, "velocity_process_std": 0.01, "initial_relative_std": 0.3},
 }
 
-_MODELS = ("double_pendulum",)
+#: The table of the arm (``jaxid.model.description.arm_from_description``): checked there.
+_ARM = "arm"
 
 
 def config_error(message: str) -> Exception:
@@ -72,6 +73,8 @@ class FitConfig:
     path: Path | None
     data: Path
     raw: dict[str, Any] = field(repr=False)
+    arm: Any = field(default=None, repr=False)
+    reference: Any = field(default=None, repr=False)
 
     def section(self, name: str) -> dict[str, Any]:
         return self.raw[name]
@@ -94,10 +97,16 @@ class FitConfig:
 
 def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str | Path | None = None) -> FitConfig:
     """Validate a fit config dict; raise ``ConfigError`` naming the bad key or value."""
-    unknown = [k for k in raw if k not in _SECTIONS]
+    allowed_sections = [_ARM, *_SECTIONS]
+    unknown = [k for k in raw if k not in allowed_sections]
     if unknown:
         raise config_error(
-            f"unknown section [{unknown[0]}]; allowed: {list(_SECTIONS)}.{did_you_mean(unknown[0], _SECTIONS)}"
+            f"unknown section [{unknown[0]}]; allowed: {allowed_sections}.{did_you_mean(unknown[0], allowed_sections)}"
+        )
+    if isinstance(raw.get("fit"), dict) and "model" in raw["fit"]:
+        raise config_error(
+            f'fit.model is replaced by the [arm] table: write [arm] preset = "{raw["fit"]["model"]}" (or describe '
+            "your arm there; see experiments/fits/README.md)."
         )
     resolved: dict[str, Any] = {}
     for section, defaults in _SECTIONS.items():
@@ -127,10 +136,6 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     fit = resolved["fit"]
     if not fit["name"] or not isinstance(fit["name"], str):
         raise config_error("fit.name is required (the results go to results/<name>/).")
-    if fit["model"] not in _MODELS:
-        raise config_error(f"fit.model {fit['model']!r} is not known; use one of {list(_MODELS)}.")
-    if fit["reference"] not in (*_MODELS, "", None, False):
-        raise config_error(f'fit.reference {fit["reference"]!r} is not known; use one of {list(_MODELS)} or "".')
     split = resolved["split"]
     if not split["train"]:
         raise config_error("split.train must list at least one log (file stem, e.g. 'trajectory_03').")
@@ -165,9 +170,61 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
         raise config_error(f"validation.headline {val['headline']!r} must be one of estimators.use {use}.")
     if not val["horizons_s"] or any(not (isinstance(h, int | float) and h > 0) for h in val["horizons_s"]):
         raise config_error("validation.horizons_s must be a list of positive durations [s].")
+    if resolved["log"]["angle_unit"] not in ("rad", "deg"):
+        raise config_error(f'log.angle_unit must be "rad" or "deg", got {resolved["log"]["angle_unit"]!r}.')
     base_dir = path.parent if path is not None else Path.cwd()
     data_dir = Path(data) if data is not None else (base_dir / fit["data"])
-    return FitConfig(fit["name"], path, data_dir, resolved)
+    arm, reference = _arms(raw, fit["reference"], base_dir)
+    resolved[_ARM] = dict(raw.get(_ARM, {}))
+    return FitConfig(fit["name"], path, data_dir, resolved, arm, reference)
+
+
+def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
+    """The arm of ``[arm]`` and the reference arm of ``fit.reference`` (same known geometry), checked."""
+    from ..model.description import PRESETS, arm_from_description, load_parameters
+
+    table = raw.get(_ARM)
+    if table is None:
+        raise config_error(
+            'the [arm] table is missing: describe the arm (e.g. [arm] preset = "double_pendulum", or '
+            'parameters = "my_arm.yml", or its lengths and constants; see experiments/fits/README.md).'
+        )
+    if not isinstance(table, dict):
+        raise config_error("[arm] must be a table.")
+    try:
+        arm = arm_from_description(table, base_dir=base_dir, where="arm")
+    except ValueError as err:
+        raise config_error(str(err)) from None
+    if reference in ("", None, False):
+        return arm, None
+    if not isinstance(reference, str):
+        raise config_error(f"fit.reference must be a preset name or a parameter file path, got {reference!r}.")
+    try:
+        if reference in PRESETS:
+            ref = PRESETS[reference]()
+        elif reference.lower().endswith((".yml", ".yaml", ".toml")):
+            ref = load_parameters(base_dir / reference)
+        else:
+            raise config_error(
+                f"fit.reference {reference!r} is neither a preset ({list(PRESETS)}) nor a parameter file "
+                '(.yml, .yaml, .toml); give one, or "" for none.'
+            )
+    except ValueError as err:
+        raise config_error(f"fit.reference: {err}") from None
+    import numpy as np
+
+    for name, a, b in (
+        ("l1", arm.lengths[0], ref.lengths[0]),
+        ("g", arm.gravity, ref.gravity),
+        ("gear_ratio", arm.gear_ratio, ref.gear_ratio),
+        ("coulomb_slope", arm.coulomb_slope, ref.coulomb_slope),
+    ):
+        if not np.isclose(float(a), float(b), rtol=1e-9, atol=0.0):
+            raise config_error(
+                f"fit.reference {reference!r} has {name} = {float(b):.6g} but [arm] has {float(a):.6g}: a reference "
+                "must describe the same build (the same known geometry); fix one of them."
+            )
+    return arm, ref
 
 
 #: Numeric keys and their rule: "positive", "non-negative", "positive int", "fraction" (0 < x <= 1);
@@ -177,6 +234,7 @@ _NUMERIC_RULES: dict[str, str] = {
     "filter.order": "positive int",
     "filter.trim_s": "non-negative",
     "validation.start_every_s": "positive",
+    "validation.band_hz": "positive",
     "frequency.harmonics": "positive int",
     "frequency.min_share": "fraction",
     "decimate": "positive int",

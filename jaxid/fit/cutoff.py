@@ -1,14 +1,31 @@
-"""The logs of a fit and the automatic choice of the filter cut-off.
+"""The logs of a fit, which joints each run drives, the excitation frequency and the filter cut-off.
 
-**The automatic cut-off** (``cutoff_hz = "auto"``): the excitation frequency ``f_exc`` is the
-highest periodogram peak of the training runs' torques (or ``excitation_hz``); for each
-multiple ``c · f_exc`` in ``candidates`` the training runs are filtered, IDIM-LS is fitted, and
-the fit's free simulations are compared with the *training* runs' measured angles (longest
-horizon); the candidate with the smallest mean angle RMSE wins. The angle error is measured on
-raw angles, so it does not depend on the filter it judges; the held-out runs are never used.
-Why not a fixed multiple: the real arm's angles carry a ~5-15 Hz component the rigid model does
-not explain (structure/drive), and the LS estimate attenuates as the cut-off lets more of it into
-``q''`` (errors in variables) — the rule finds the band in which the rigid model holds.
+**Driven joints.** A joint is *driven* in a run when its torque moves it. Decided per run and
+joint from the raw (resampled) log, by two tests that both must hold:
+
+1. *it moves*: the joint's angle spans at least ``MOVES_RAD`` = 0.05 rad peak-to-peak (a joint
+   held still, or one that dithers by a few encoder ticks, does not);
+2. *its torque's main line is in the motion*: at the torque's periodogram peak ``f_τ`` (mean
+   removed, Hann window, DC excluded) the magnitude-squared coherence between the joint's torque
+   and its angle (Welch, quarter-length Hann segments, half overlap, linear detrend) is at least
+   ``COHERENCE`` = 0.5. A torque line the arm responds to is coherent with the angle; drive noise
+   or a controller tone the joint does not follow is not (unrelated signals score about 1/7
+   with seven segments). When a quarter of the run holds fewer than two periods of ``f_τ`` the
+   coherence cannot be estimated and test 1 decides alone.
+
+**The excitation frequency** ``f_exc`` (``filter.excitation_hz = "auto"``) is the highest ``f_τ``
+over the driven joints of the training runs. No driven joint in any training run is an error that
+says to set ``filter.excitation_hz``. The per-run decisions are written to ``excitation.csv``.
+
+**The automatic cut-off** (``cutoff_hz = "auto"``): for each multiple ``c · f_exc`` in
+``candidates`` the training runs are filtered, IDIM-LS is fitted, and the fit's free simulations
+are compared with the *training* runs' measured angles (longest horizon); the candidate with the
+smallest mean angle RMSE wins. The angle error is measured on raw angles, so it does not depend on
+the filter it judges; the held-out runs are never used. Why not a fixed multiple: the real arm's
+angles carry a ~5-15 Hz component the rigid model does not explain (structure/drive), and the LS
+estimate attenuates as the cut-off lets more of it into ``q''`` (errors in variables) — the rule
+finds the band in which the rigid model holds. Whatever the cut-off (chosen or given), the runner
+refuses a fit whose training angle error is implausible (``jaxid.fit.checks.check_training_error``).
 """
 
 from __future__ import annotations
@@ -21,11 +38,19 @@ import numpy as np
 from .config import FitConfig, config_error
 from .model import FitModel
 
-__all__ = ["load_logs", "filter_all", "choose_cutoff"]
+__all__ = ["load_logs", "filter_all", "choose_cutoff", "drive_table", "excitation_frequency", "MOVES_RAD", "COHERENCE"]
+
+#: A joint "moves" in a run when its angle spans at least this much peak-to-peak [rad].
+MOVES_RAD = 0.05
+#: Minimum torque-angle coherence at the torque's main line for a joint to count as driven.
+COHERENCE = 0.5
 
 
 def load_logs(config: FitConfig, names: list[str]):
-    """The named logs from ``config.data`` (``[log]`` options); ``ConfigError`` for a missing one."""
+    """The named logs from ``config.data`` (``[log]`` options); ``ConfigError`` for a missing one.
+
+    With ``log.angle_unit = "deg"`` the angles (and velocities) are converted to radians here.
+    """
     from ..logs import load_log
 
     opts = config.section("log")
@@ -39,7 +64,7 @@ def load_logs(config: FitConfig, names: list[str]):
                 "check split.train/test or pass --data DIR."
             )
         window = opts["window"]
-        found[name] = load_log(
+        log = load_log(
             path,
             angles=opts["angles"],
             torques=opts["torques"],
@@ -48,6 +73,14 @@ def load_logs(config: FitConfig, names: list[str]):
             window=None if window is None else tuple(window),
             sample_step=opts["sample_step"],
         )
+        if opts["angle_unit"] == "deg":
+            import equinox as eqx
+
+            scale = math.pi / 180.0
+            log = eqx.tree_at(lambda g: g.q, log, log.q * scale)
+            if log.qd is not None:
+                log = eqx.tree_at(lambda g: g.qd, log, log.qd * scale)
+        found[name] = log
     return found
 
 
@@ -61,19 +94,76 @@ def filter_all(logs, cutoff, flt):
     }
 
 
-def choose_cutoff(config: FitConfig, train_logs, model: FitModel) -> tuple[float, float, list[dict[str, Any]]]:
-    """The cut-off [Hz] by the rule of the module docstring; returns ``(cutoff, f_exc, table)``."""
+def _coherence_at(tau: np.ndarray, q: np.ndarray, step: float, freq: float) -> float:
+    """Magnitude-squared torque-angle coherence at ``freq`` (module docstring), or NaN if unresolved."""
+    from scipy import signal
+
+    n = tau.shape[0]
+    nperseg = n // 4
+    if nperseg < 16 or freq * nperseg * step < 2.0:
+        return math.nan
+    f, coh = signal.coherence(tau, q, fs=1.0 / step, window="hann", nperseg=nperseg, detrend="linear")
+    k = int(np.argmin(np.abs(f - freq)))
+    return float(np.max(coh[max(k - 1, 0) : k + 2]))
+
+
+def drive_table(logs) -> list[dict[str, Any]]:
+    """Per run and joint: angle span, torque peak, coherence and the driven decision (module docstring)."""
     from ..filters import dominant_frequency
+
+    rows = []
+    for run, log in logs.items():
+        q, tau, h = np.asarray(log.q), np.asarray(log.tau), log.sample_step
+        for j in range(q.shape[1]):
+            span = float(np.ptp(q[:, j]))
+            peak = dominant_frequency(tau[:, j], h) if np.ptp(tau[:, j]) > 0 else math.nan
+            coherence = _coherence_at(tau[:, j], q[:, j], h, peak) if math.isfinite(peak) else 0.0
+            moves = span >= MOVES_RAD
+            follows = coherence >= COHERENCE if math.isfinite(coherence) else True
+            rows.append(
+                {
+                    "run": run,
+                    "joint": j + 1,
+                    "angle_span_rad": span,
+                    "torque_peak_hz": peak,
+                    "coherence": coherence,
+                    "moves": moves,
+                    "driven": bool(moves and follows and math.isfinite(peak)),
+                }
+            )
+    return rows
+
+
+def excitation_frequency(train_logs) -> tuple[float, list[dict[str, Any]]]:
+    """``f_exc`` [Hz]: the highest torque peak over the driven joints of the training runs, and the
+    per-run table; ``ConfigError`` when no training run drives any joint."""
+    rows = drive_table(train_logs)
+    driven = [r for r in rows if r["driven"]]
+    if not driven:
+        spans = ", ".join(f"{r['run']} j{r['joint']}: {r['angle_span_rad']:.3g} rad" for r in rows)
+        raise config_error(
+            f"no training run drives a joint (a joint is driven when it moves ≥ {MOVES_RAD} rad and its torque's "
+            f"main line is coherent with its angle; spans {spans}); set filter.excitation_hz [Hz] or train on "
+            "runs that move the arm."
+        )
+    return max(r["torque_peak_hz"] for r in driven), rows
+
+
+def choose_cutoff(
+    config: FitConfig, train_logs, model: FitModel
+) -> tuple[float, float, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The cut-off [Hz] by the rule of the module docstring; returns ``(cutoff, f_exc, table, drive)``."""
     from ..identification.idim import idim_ls
     from ..identification.validation import free_simulation_rmse
 
     flt = config.section("filter")
     h = next(iter(train_logs.values())).sample_step
-    f_exc = flt["excitation_hz"]
-    if f_exc == "auto":
-        f_exc = max(dominant_frequency(np.asarray(log.tau), log.sample_step) for log in train_logs.values())
+    if flt["excitation_hz"] == "auto":
+        f_exc, drive = excitation_frequency(train_logs)
+    else:
+        f_exc, drive = float(flt["excitation_hz"]), drive_table(train_logs)
     if flt["cutoff_hz"] != "auto":
-        return float(flt["cutoff_hz"]), float(f_exc), []
+        return float(flt["cutoff_hz"]), float(f_exc), [], drive
     longest = max(config.section("validation")["horizons_s"])
     every = config.section("validation")["start_every_s"]
     table = []
@@ -95,8 +185,11 @@ def choose_cutoff(config: FitConfig, train_logs, model: FitModel) -> tuple[float
             score = math.inf
         table.append({"multiple": float(c), "cutoff_hz": cutoff, "train_angle_rmse": score})
     if not table or not np.isfinite(min(r["train_angle_rmse"] for r in table)):
-        raise ValueError("automatic cut-off: no candidate gave a finite training error; set filter.cutoff_hz.")
+        raise config_error(
+            f"automatic cut-off: no candidate ({[float(c) for c in flt['candidates']]} × {f_exc:.3g} Hz below "
+            f"0.45/Δ = {0.45 / h:.4g} Hz) gave a finite training error; set filter.cutoff_hz or filter.excitation_hz."
+        )
     best = min(table, key=lambda r: r["train_angle_rmse"])
     for r in table:
         r["chosen"] = r is best
-    return best["cutoff_hz"], float(f_exc), table
+    return best["cutoff_hz"], float(f_exc), table, drive

@@ -56,16 +56,15 @@ class FitModel:
 def build_model(config: FitConfig) -> FitModel:
     from .. import model as m
 
-    arm = getattr(m, config.section("fit")["model"])()
+    arm = config.arm
     base = m.base_parameters(arm)
 
     def regressor(q, qd, qdd):
         return m.base_regressor(arm, q, qd, qdd, base)
 
-    ref = config.section("fit")["reference"]
     reference = None
-    if ref:
-        reference = np.asarray(base.values(m.standard_parameters(getattr(m, ref)())))
+    if config.reference is not None:
+        reference = np.asarray(base.values(m.standard_parameters(config.reference)))
     names = tuple(base.names)
     fit = config.section("fit")
     unknowns = fit["unknowns"]

@@ -11,16 +11,29 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import (
+    check_band,
+    check_horizons,
+    check_training_error,
+    estimate_warnings,
+    log_warnings,
+    validation_warnings,
+)
 from .config import FitConfig, config_error
 from .cutoff import choose_cutoff, filter_all, load_logs
-from .model import bounds, build_model
+from .export import export_parameters
+from .model import bounds, build_model, consistency_checks
 from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
 
-__all__ = ["FitExists", "run_fit"]
+__all__ = ["FitExists", "FitWarning", "run_fit"]
 
 
 class FitExists(FileExistsError):
     """The results directory exists; pass ``overwrite=True`` (``--overwrite``) to replace it."""
+
+
+class FitWarning(UserWarning):
+    """A fit finished but a result is not to be trusted (``jaxid.fit.checks``); also in warnings.csv."""
 
 
 def _estimate(name, config, train, model, ls):
@@ -102,9 +115,17 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         raise config_error(
             f"the logs resample to different steps {sorted(steps)}; set log.sample_step so that all share one grid."
         )
+    flt = config.section("filter")
+    val = config.section("validation")
+    horizons = [float(h) for h in val["horizons_s"]]
+    sample_step = next(iter(logs.values())).sample_step
+    check_horizons(logs, flt["trim_s"], horizons)
+    check_band(float(val["band_hz"]), sample_step)
     train_raw = {n: logs[n] for n in config.train}
-    cutoff, f_exc, cutoff_table = choose_cutoff(config, train_raw, model)
-    filtered = filter_all(logs, cutoff, config.section("filter"))
+    cutoff, f_exc, cutoff_table, drive = choose_cutoff(config, train_raw, model)
+    filtered = filter_all(logs, cutoff, flt)
+    # Every metric on one fixed evaluation band, the same for every fit and build (checks docstring).
+    evaluation = filter_all(logs, float(val["band_hz"]), flt)
     train = {n: filtered[n] for n in config.train}
 
     estimates, seconds, failed = {}, {}, {}
@@ -127,31 +148,41 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
 
     jackknife = _jackknife(config, train, model)
     params = parameters_table(estimates, model, jackknife)
-    models = dict(estimates.items())
-    thetas = {k: np.asarray(v.value) for k, v in models.items()}
+    thetas = {k: np.asarray(v.value) for k, v in estimates.items()}
     if model.reference is not None:
         thetas["reference"] = model.reference
-    horizons = [float(h) for h in config.section("validation")["horizons_s"]]
-    validation = validation_table(config, filtered, model, thetas, horizons)
+    validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered)
+    plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, max(horizons))
     consistency = consistency_table(model, thetas)
-    lines = frequency_view(config, filtered, model, thetas, f_exc)
+    lines = frequency_view(config, evaluation, model, thetas, f_exc)
+    summary = validation_summary(validation, horizons)
+
+    notes = log_warnings(logs, [r for r in drive if r["run"] in config.train], config.train, f_exc)
+    for name, est in estimates.items():
+        notes += estimate_warnings(model, name, est, consistency_checks(model, thetas[name]))
+    notes += validation_warnings(summary)
+    summary["warnings"] = ["; ".join(sorted({w["kind"] for w in notes if w["model"] == m})) for m in summary["model"]]
 
     out.mkdir(parents=True, exist_ok=True)
     params.to_csv(out / "parameters.csv", index=False, float_format="%.6g")
     validation.to_csv(out / "validation.csv", index=False, float_format="%.6g")
     consistency.to_csv(out / "consistency.csv", index=False, float_format="%.6g")
     lines.to_csv(out / "lines.csv", index=False, float_format="%.6g")
+    pd.DataFrame(drive).to_csv(out / "excitation.csv", index=False, float_format="%.6g")
     if cutoff_table:
         pd.DataFrame(cutoff_table).to_csv(out / "cutoff.csv", index=False, float_format="%.6g")
-    summary = validation_summary(validation, horizons)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4g")
+    exported, not_exported = export_parameters(out, config.name, estimates, model)
+    for name, why in not_exported.items():
+        notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
+    pd.DataFrame(notes, columns=["kind", "model", "message"]).to_csv(out / "warnings.csv", index=False)
+    for w in notes:
+        warnings.warn(f"jaxid fit: {w['message']}", FitWarning, stacklevel=2)
     figure_paths = []
     if figures:
         from ..identification.figures import make_fit_figures
 
-        figure_paths = make_fit_figures(
-            out, filtered, model, thetas, config, config.section("validation")["headline"], horizons
-        )
+        figure_paths = make_fit_figures(out, evaluation, model, thetas, config, val["headline"], horizons)
     import equinox
     import scipy
 
@@ -164,8 +195,12 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         "train": config.train,
         "test": config.test,
         "excitation_hz": f_exc,
+        "driven": drive,
         "cutoff_hz": cutoff,
-        "sample_step": next(iter(logs.values())).sample_step,
+        "evaluation_band_hz": float(val["band_hz"]),
+        "training_plausibility": plausibility,
+        "sample_step": sample_step,
+        "default_estimator": val["headline"],
         "estimators": {
             k: {
                 "seconds": round(seconds[k], 3),
@@ -179,6 +214,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             for k, v in estimates.items()
         },
         "failed_estimators": failed,
+        "warnings": notes,
+        "exported": [str(p.relative_to(out)) for p in exported],
         "base_parameters": list(model.labels),
         "unknowns": list(model.free_names),
         "fixed": {n: float(model.fixed_values[i]) for i, n in enumerate(model.names) if i not in model.free},

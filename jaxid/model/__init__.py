@@ -27,6 +27,7 @@ parameter is a JAX array leaf, so a sweep over parameter values never recompiles
 
 from .arm import TwoLinkArm
 from .base_parameters import BaseParameters, base_parameters, base_regressor
+from .description import PRESETS, arm_from_description, arm_preset, describe_arm, load_parameters, save_parameters
 from .dynamics import (
     arm_from_standard,
     coriolis_forces,
@@ -68,6 +69,12 @@ __all__ = [
     "table1",
     "double_pendulum",
     "DOUBLE_PENDULUM_PARAMETERS",
+    "PRESETS",
+    "arm_preset",
+    "arm_from_description",
+    "describe_arm",
+    "load_parameters",
+    "save_parameters",
     "mass_matrix",
     "coriolis_forces",
     "gravity_torque",

@@ -140,6 +140,8 @@ DESCRIPTION_KEYS: dict[str, str] = {
 LAB_KEYS = ("m1", "m2", "l1", "l2", "r1", "r2", "I1", "I2", "Ir", "b1", "b2", "cf1", "cf2", "g", "gr")
 #: Keys of the lab's YAML that are read and ignored (torque limits [N m]).
 LAB_IGNORED = ("tl1", "tl2")
+#: jaxid's extension of the lab's format: torque offsets [N m], optional (default 0), written when non-zero.
+LAB_OFFSETS = ("off1", "off2")
 #: The Coulomb slope of the lab's model [s/rad].
 LAB_COULOMB_SLOPE = 100.0
 
@@ -487,12 +489,12 @@ def _yaml_values(path: Path, text: str) -> dict[str, Any]:
         raise ValueError(
             f"{path}: expected a flat YAML mapping of `key: number` ({', '.join(LAB_KEYS)}), got {type(raw).__name__}."
         )
-    allowed = (*LAB_KEYS, *LAB_IGNORED)
+    allowed = (*LAB_KEYS, *LAB_IGNORED, *LAB_OFFSETS)
     for key in raw:
         if key not in allowed:
             raise ValueError(
                 f"{path}: unknown key {key!r}; the lab's parameter file has {list(LAB_KEYS)} (and the ignored torque "
-                f"limits tl1, tl2).{did_you_mean(key, allowed)}"
+                f"limits tl1, tl2; jaxid's optional torque offsets off1, off2).{did_you_mean(key, allowed)}"
             )
     missing = [k for k in LAB_KEYS if k not in raw]
     if missing:
@@ -501,7 +503,7 @@ def _yaml_values(path: Path, text: str) -> dict[str, Any]:
         )
     units = {"b1": "N m s/rad", "b2": "N m s/rad", "cf1": "N m", "cf2": "N m", "gr": "-"}
     p = {}
-    for key in LAB_KEYS:
+    for key in (*LAB_KEYS, *(k for k in LAB_OFFSETS if k in raw)):
         value = raw[key]
         if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text
             try:
@@ -535,6 +537,7 @@ def _yaml_values(path: Path, text: str) -> dict[str, Any]:
         "gear_ratio": p["gr"],
         "g": p["g"],
     }
+    table.update({k: p[k] for k in LAB_OFFSETS if k in p})
     return resolve_description(table, where=where)
 
 
@@ -613,10 +616,11 @@ def save_parameters(path: str | Path, arm: TwoLinkArm, *, notes: str | None = No
       mass), ``coulomb_slope``, ``gear_ratio``, ``g``, ``angles`` and ``terms`` (the arm's
       ``active_terms``), under a comment header stating units and conventions (and ``I_i``).
     - ``.yml``/``.yaml``: the lab's format (``I_i = J_i + m_i r_i²``, ``b = fv``,
-      ``cf = fc 2/π``, ``gr``), ``tl1 tl2`` not written. The format has no place for torque offsets,
-      another Coulomb slope or active terms whose values are zero: a non-zero offset or a slope
-      other than 100 s/rad raises ``ValueError`` (save as ``.toml``); the terms are not written
-      (reading the file back gives the terms with non-zero values).
+      ``cf = fc 2/π``, ``gr``), ``tl1 tl2`` not written; non-zero torque offsets as the optional keys
+      ``off1, off2`` (jaxid's extension of the format, read back by ``load_parameters``). The format
+      has no place for another Coulomb slope or active terms whose values are zero: a slope other
+      than 100 s/rad raises ``ValueError`` (save as ``.toml``); the terms are not written (reading
+      the file back gives the terms with non-zero values).
 
     Floats are written with ``repr`` (full precision): ``load_parameters(save_parameters(p, arm))``
     equals ``arm`` to the last bit of the TOML values (the YAML's ``I``/``cf`` conversion to an ulp).
@@ -653,16 +657,12 @@ def save_parameters(path: str | Path, arm: TwoLinkArm, *, notes: str | None = No
                 body.append(f"{key} = {_float(value)}")
         text = _comment(header) + "\n[arm]\n" + "\n".join(body) + "\n"
     else:
-        problems = []
-        if values["off1"] != 0 or values["off2"] != 0:
-            problems.append(f"torque offsets ({values['off1']:g}, {values['off2']:g}) N m")
         if values["coulomb_slope"] != LAB_COULOMB_SLOPE:
-            problems.append(f"a Coulomb slope of {values['coulomb_slope']:g} s/rad (the lab's is 100)")
-        if problems:
             raise ValueError(
-                f"{path}: the lab's YAML format has no place for {' and '.join(problems)}; save as .toml (jaxid's "
-                "format holds every parameter)."
+                f"{path}: the lab's YAML format has no place for a Coulomb slope of {values['coulomb_slope']:g} s/rad "
+                "(the lab's is 100); save as .toml (jaxid's format holds every parameter)."
             )
+        offsets = values["off1"] != 0 or values["off2"] != 0
         lab = {
             "m1": values["m1"],
             "m2": values["m2"],
@@ -680,9 +680,16 @@ def save_parameters(path: str | Path, arm: TwoLinkArm, *, notes: str | None = No
             "g": values["g"],
             "gr": values["gear_ratio"],
         }
+        if offsets:
+            lab.update(off1=values["off1"], off2=values["off2"])
         header = [
             "Arm parameters in the DFKI lab's format (written by jaxid.save_parameters): SI units, I1, I2 about",
             "the joint axes, viscous b, Coulomb cf of cf atan(100 q'), rotor inertia Ir behind gear ratio gr.",
+            *(
+                ["off1, off2: torque offsets [N m] (jaxid's extension of the format; optional, default 0)."]
+                if offsets
+                else []
+            ),
             *note_lines,
         ]
         text = _comment(header) + "".join(f"{k}: {_float(v)}\n" for k, v in lab.items())

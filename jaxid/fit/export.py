@@ -1,0 +1,86 @@
+"""What a fit identified, as files a controller or a simulator can load.
+
+``identified/<estimator>.yaml`` (the lab's format) and ``identified/<estimator>.toml`` (jaxid's
+``[arm]`` format), both read back by ``jaxid.load_parameters``; ``identified/base_parameters.toml``
+holds every estimator's base parameters with their standard deviations (the same numbers as
+``parameters.csv``).
+
+Motion identifies only the base parameters (``I1 + l1² m2``, ``m1 r1 + l1 m2``, ``I2``, ``m2 r2``, …),
+not the masses. To write a full parameter set the masses ``m1, m2`` (the standard parameters that
+are not base columns) are taken from the ``[arm]`` description and the rest solved from the base
+values: ``φ_kept = β − K_dep φ_dep``. Any choice of the masses gives exactly the same torques and
+motion (the same base parameters); the file says so in its header. An estimate that no physical
+arm with those masses realises (e.g. ``m1 r1 + l1 m2 < l1 m2``, a negative first moment) is not
+written as a parameter file; the runner warns and names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["arm_from_base", "export_parameters"]
+
+
+def arm_from_base(model, beta):
+    """The arm with the known geometry and masses of ``model.arm`` whose base parameters are ``beta``.
+
+    Raises ``ValueError`` (from ``with_standard_parameters``) when no such arm exists.
+    """
+    from ..model import standard_parameters
+
+    k = np.asarray(model.base.matrix)
+    kept = list(model.base.independent)
+    dep = [j for j in range(k.shape[1]) if j not in kept]
+    phi = np.asarray(standard_parameters(model.arm), dtype=float).copy()
+    phi[kept] = np.asarray(beta, dtype=float) - k[:, dep] @ phi[dep]
+    return model.arm.with_standard_parameters(phi)
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def export_parameters(out: Path, fit_name: str, estimates: dict, model) -> tuple[list[Path], dict[str, str]]:
+    """Write the files of the module docstring; return ``(paths, {estimator: why not exported})``."""
+    from ..model.description import save_parameters
+
+    folder = Path(out) / "identified"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, skipped = [], {}
+    masses = ", ".join(
+        f"{n} = {float(v):.6g} kg" for n, v in zip(("m1", "m2"), np.asarray(model.arm.masses), strict=True)
+    )
+    for name, est in estimates.items():
+        try:
+            arm = arm_from_base(model, est.value)
+        except ValueError as err:
+            skipped[name] = str(err)
+            continue
+        notes = (
+            f"identified by `jaxid fit` ({fit_name}, estimator {name}). Motion identifies the base parameters only: "
+            f"the masses ({masses}) are the [arm] description's, any choice gives the same dynamics."
+        )
+        for suffix in (".yaml", ".toml"):
+            try:
+                paths.append(save_parameters(folder / f"{name}{suffix}", arm, notes=notes))
+            except ValueError as err:  # e.g. a format with no place for torque offsets
+                skipped[f"{name}{suffix}"] = str(err)
+    lines = [
+        f"# Base parameters identified by `jaxid fit` ({fit_name}): value and formal standard deviation (a lower",
+        "# bound: it ignores errors in variables and model error). `fixed` ones were not estimated.",
+        "",
+    ]
+    for name, est in estimates.items():
+        for i, (pname, label) in enumerate(zip(model.names, model.labels, strict=True)):
+            lines.append(f"[{name}.{pname}]")
+            lines.append(f"label = {_toml_string(label)}")
+            lines.append(f"value = {float(est.value[i])!r}")
+            lines.append(f"std = {float(est.std[i])!r}")
+            lines.append(f"fixed = {'false' if i in model.free else 'true'}")
+            lines.append("")
+    base = folder / "base_parameters.toml"
+    base.write_text("\n".join(lines))
+    paths.append(base)
+    return paths, skipped
