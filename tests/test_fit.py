@@ -1,6 +1,7 @@
 """`jaxid fit`: config validation and an end-to-end fit on a real run of the shipped subset."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -157,3 +158,25 @@ def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     assert set(lines["harmonic"]) == {1, 2}
     # A second run refuses to overwrite without --overwrite.
     assert main(["fit", str(path), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("horizons_s = [0.5]", "horizons_s = [5.0]"),
+            r"trajectory_\d\d: its usable part .* not longer than the longest",
+        ),
+        (
+            ("[validation]", "[validation]\nband_hz = 300.0"),
+            r"validation.band_hz = 300 Hz is not below 0.45/Δ = 225 Hz",
+        ),
+    ],
+)
+def test_refused_before_anything_is_written(tmp_path, capsys, edit, message):
+    path = tmp_path / "fit.toml"
+    path.write_text(TINY.replace(*edit))
+    assert main(["fit", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -213,3 +213,97 @@ def test_an_undriven_joint_with_a_drive_tone_changes_nothing():
     assert (f_tone, cut_tone) == (f_clean, cut_clean)
     row = next(r for r in drive if r["run"] == "trajectory_05" and r["joint"] == 2)
     assert row["torque_peak_hz"] == pytest.approx(18.4, abs=0.1) and row["coherence"] < 0.5 and not row["driven"]
+
+
+# -- warnings and refusals --------------------------------------------------------------------
+
+TICK = 3.8e-4  # the encoder step of the shipped logs [rad]
+
+
+def _quick_config(root, data, reference, extra_log=""):
+    """The other build's config with a fixed cut-off, IDIM-LS only and one horizon (no search)."""
+    text = CONFIG.format(data=data, reference=reference, arm=ARM_TABLE)
+    text = text.replace("candidates = [3, 5, 10]", "cutoff_hz = 6.0").replace('"idim_ls", "idim_iv"', '"idim_ls"')
+    text = text.replace("horizons_s = [0.5, 1.0]", "horizons_s = [0.5]")
+    text = text.replace("sample_step = 0.002", "sample_step = 0.002\n" + extra_log)
+    path = root / f"fit{len(extra_log)}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_angles_in_degrees_warn_and_angle_unit_converts_them(other_build, tmp_path, capsys):
+    root, arm, _ = other_build
+    for name in RUNS:
+        frame = pd.read_csv(root / f"{name}.csv.gz")
+        frame[["pos_meas1", "pos_meas2"]] = np.degrees(frame[["pos_meas1", "pos_meas2"]])
+        frame.to_csv(tmp_path / f"{name}.csv.gz", index=False)
+    reference = root / "true_arm.toml"
+    assert main(["fit", str(_quick_config(tmp_path, tmp_path, reference)), "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "drive_j1: joint 1's angle spans" in err and 'set log.angle_unit = "deg"' in err
+    warned = pd.read_csv(tmp_path / "a" / "warnings.csv")
+    assert "degrees" in set(warned["kind"]) and "far_from_reference" in set(warned["kind"])
+    # Told the unit, the same logs give the same fit as the logs in radians: no warning of either kind.
+    config = _quick_config(tmp_path, tmp_path, reference, 'angle_unit = "deg"')
+    assert main(["fit", str(config), "--out", str(tmp_path / "b"), "--no-figures"]) == 0
+    warned = pd.read_csv(tmp_path / "b" / "warnings.csv")
+    assert not set(warned["kind"]) & {"degrees", "far_from_reference", "inconsistent"}
+    params = pd.read_csv(tmp_path / "b" / "parameters.csv").set_index("parameter")
+    for name in ("I1", "m1r1", "I2", "m2r2"):
+        assert params.loc[name, "value"] == pytest.approx(params.loc[name, "reference"], rel=0.03), name
+
+
+def _held_run(arm, hz, amplitude, seed):
+    """Joint 1 moved along a sine, joint 2 held at 0 by its drive (the reading dithers by one encoder
+    tick; its torque is the holding torque): torques by inverse dynamics."""
+    t = np.arange(0.0, DURATION + 1e-9, 0.001)
+    w = 2 * np.pi * hz
+    zero = np.zeros_like(t)
+    q = np.stack([amplitude * np.sin(w * t), zero], -1)
+    qd = np.stack([amplitude * w * np.cos(w * t), zero], -1)
+    qdd = np.stack([-amplitude * w * w * np.sin(w * t), zero], -1)
+    tau = np.asarray(jaxid.inverse_dynamics(arm, q, qd, qdd))
+    frame = log_frame(t, np.concatenate([q, qd], -1), tau, seed=seed)
+    frame["pos_meas2"] = TICK * np.random.default_rng(seed + 10).integers(-1, 2, len(frame))
+    return frame
+
+
+def test_a_joint_that_only_dithers_warns(other_build, tmp_path, capsys):
+    root, arm, _ = other_build
+    _held_run(arm, 1.2, 0.6, 0).to_csv(tmp_path / "drive_j1.csv.gz", index=False)
+    _held_run(arm, 0.7, 0.8, 1).to_csv(tmp_path / "drive_j2.csv.gz", index=False)
+    (tmp_path / "both.csv.gz").write_bytes((root / "both.csv.gz").read_bytes())
+    config = _quick_config(tmp_path, tmp_path, root / "true_arm.toml")
+    assert main(["fit", str(config), "--out", str(tmp_path / "out"), "--no-figures"]) == 0
+    err = capsys.readouterr().err
+    assert "joint 2 moves at most" in err and "not identified" in err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    kinds = {w["kind"] for w in manifest["warnings"]}
+    assert {"unexcited_joint", "far_from_reference", "worse_than_reference"} <= kinds
+    assert [r["driven"] for r in manifest["driven"] if r["joint"] == 2] == [False, False]
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv").set_index("model")
+    assert "worse_than_reference" in summary.loc["idim_ls", "warnings"].iloc[0]
+
+
+def test_no_driven_joint_is_an_error():
+    from jaxid.config import ConfigError
+    from jaxid.fit.cutoff import excitation_frequency
+
+    log = load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002, window=(0.0, 4.0))
+    still = eqx.tree_at(lambda g: g.q, log, jnp.round(0.0 * log.q + jnp.sin(50.0 * log.t)[:, None]) * TICK)
+    with pytest.raises(ConfigError, match=r"no training run drives a joint .* set filter.excitation_hz"):
+        excitation_frequency({"trajectory_05": still})
+
+
+def test_an_implausible_training_error_is_refused():
+    from jaxid.config import ConfigError
+    from jaxid.fit.checks import check_training_error
+    from jaxid.identification import filter_log
+
+    log = filter_log(load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002), 6.0)
+    spread = float(np.mean(np.std(np.asarray(log.q_raw)[log.usable], axis=0)))
+    rows = [{"role": "train", "model": "idim_ls", "angle_rmse_1s": e} for e in (0.5 * spread, 0.6 * spread)]
+    assert check_training_error(pd.DataFrame(rows), {"r": log}, 1.0)["train_angle_spread"] == pytest.approx(spread)
+    rows[1]["angle_rmse_1s"] = 4.6  # the build where the excitation was taken from a drive tone
+    with pytest.raises(ConfigError, match=r"miss the training angles by 2.\d+ rad .* more than the angles' own spread"):
+        check_training_error(pd.DataFrame(rows), {"r": log}, 1.0)
