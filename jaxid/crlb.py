@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float
 from . import linalg
 from .excitation import Multisine
 from .linearisation import linear_system, parameter_values, resolve_unknowns
-from .model import TwoLinkArm
+from .model import AbstractArm
 from .phasors import respond, synthesise
 from .types import compiled_when_concrete, require_float64, steps_per_period
 
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-def _noise(noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"], channels: int) -> Array:
+def _noise(noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " c"], channels: int) -> Array:
     std = jnp.asarray(noise_std, dtype=float)
     return jnp.broadcast_to(std, (channels,))
 
@@ -114,16 +114,23 @@ def cramer_rao_bound(fisher: Float[Array, "p p"]) -> Float[Array, "p p"]:
 
 
 def linear_phasors(
-    nominal: TwoLinkArm,
+    nominal: AbstractArm,
     excitation: Multisine,
     unknowns: Sequence[str],
-    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
-) -> Callable[[Array], Complex[Array, "L 2"]]:
-    """``θ ↦ Q(θ) = H(ω_k; θ) U_k`` on the excitation's lines, shape ``(L, 2)`` [rad]."""
-    unknowns, _ = resolve_unknowns(unknowns)
+    q0: Float[ArrayLike, " n"] | None = None,
+) -> Callable[[Array], Complex[Array, "L n"]]:
+    """``θ ↦ Q(θ) = H(ω_k; θ) U_k`` on the excitation's lines, shape ``(L, n)`` [rad].
+
+    Any ``AbstractArm`` (``n = nominal.dof``; the multisine must drive ``n`` joints)."""
+    unknowns, _ = resolve_unknowns(unknowns, nominal)
+    if excitation.joints != nominal.dof:
+        raise ValueError(
+            f"The multisine drives {excitation.joints} joints but the arm has {nominal.dof}; give one row of "
+            "harmonics per joint."
+        )
     omega = jnp.asarray(excitation.line_frequencies)
     u = excitation.phasors()
-    q0 = jnp.asarray(q0, dtype=float)
+    q0 = jnp.zeros(nominal.dof) if q0 is None else jnp.asarray(q0, dtype=float)
 
     def phasors(theta):
         return respond(linear_system(nominal, unknowns, theta, q0).frequency_response(omega), u)
@@ -132,31 +139,31 @@ def linear_phasors(
 
 
 def linear_response(
-    nominal: TwoLinkArm,
+    nominal: AbstractArm,
     excitation: Multisine,
     unknowns: Sequence[str],
     *,
     sample_step: float = 0.01,
-    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
-) -> Callable[[Array], Float[Array, "N 2"]]:
+    q0: Float[ArrayLike, " n"] | None = None,
+) -> Callable[[Array], Float[Array, "N n"]]:
     """``θ ↦`` one period (``N = T/Δ`` samples from ``t = 0``) of the linear steady state [rad]."""
     n = steps_per_period(excitation.period, sample_step)
     phasors = linear_phasors(nominal, excitation, unknowns, q0)
     omega = jnp.asarray(excitation.line_frequencies)
     t = jnp.arange(n) * sample_step
-    q0 = jnp.asarray(q0, dtype=float)
+    q0 = jnp.zeros(nominal.dof) if q0 is None else jnp.asarray(q0, dtype=float)
     return lambda theta: q0 + synthesise(phasors(theta), omega, t)
 
 
 def linear_fisher_information(
-    arm: TwoLinkArm,
+    arm: AbstractArm,
     excitation: Multisine,
     unknowns: Sequence[str],
     *,
-    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " n"],
     sample_step: float = 0.01,
     periods: int = 1,
-    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+    q0: Float[ArrayLike, " n"] | None = None,
 ) -> Float[Array, "p p"]:
     """Fisher information of the linearised ``arm`` for ``unknowns`` at their true values."""
     n = steps_per_period(excitation.period, sample_step)
@@ -174,14 +181,14 @@ def linear_fisher_information(
 
 @compiled_when_concrete  # one program on concrete inputs (first call 7.7 → 1.1 s: scripts/bench_eager.py)
 def linear_crlb(
-    arm: TwoLinkArm,
+    arm: AbstractArm,
     excitation: Multisine,
     unknowns: Sequence[str],
     *,
-    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " 2"],
+    noise_std: Float[ArrayLike, ""] | Float[ArrayLike, " n"],
     sample_step: float = 0.01,
     periods: int = 1,
-    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+    q0: Float[ArrayLike, " n"] | None = None,
 ) -> Float[Array, "p p"]:
     """Cramér–Rao bound ``(p, p)`` for ``unknowns`` of the linearised ``arm`` at its true values.
 

@@ -39,10 +39,10 @@ TABLE2_AMPLITUDES: tuple[float, ...] = (0.2, 1.5, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 
 PAPER_FUNDAMENTAL: float = 2 * math.pi * 0.01
 
 
-def _check_harmonics(harmonics: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if len(harmonics) != 2:
+def _check_harmonics(harmonics: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    if isinstance(harmonics, str) or len(harmonics) < 1 or any(isinstance(r, (int, float)) for r in harmonics):
         raise ValueError(
-            f"harmonics must list the lines of both joints, [[k_1i...], [k_2i...]]; got {len(harmonics)} rows."
+            "harmonics must list the lines of every joint, one row each, e.g. [[k_1i...], [k_2i...]] for two joints."
         )
     out = []
     for j, row in enumerate(harmonics):
@@ -60,30 +60,32 @@ def _check_harmonics(harmonics: Sequence[Sequence[int]]) -> tuple[tuple[int, ...
             dup = sorted({k for k in row_t if row_t.count(k) > 1})
             raise ValueError(f"Joint {j + 1} lists harmonic(s) {dup} more than once; give each line once.")
         out.append(tuple(row_t))
-    if len(out[0]) != len(out[1]):
+    counts = [len(row) for row in out]
+    if len(set(counts)) > 1:
         raise ValueError(
-            f"Both joints need the same number of lines (got {len(out[0])} and {len(out[1])}); "
+            f"Every joint needs the same number of lines (got {' and '.join(map(str, counts))}); "
             "pad with lines of zero amplitude."
         )
     if not out[0]:
         raise ValueError("A multisine needs at least one line per joint.")
-    return out[0], out[1]
+    return tuple(out)
 
 
 class Multisine(eqx.Module):
-    """A periodic multisine torque on both joints, without the holding offset ``tau0``.
+    """A periodic multisine torque on every joint, without the holding offset ``tau0``.
 
     Attributes:
-        harmonics: static ``((k_11, …, k_1n), (k_21, …, k_2n))`` integer multiples of ``ω_f``.
-        amplitudes: ``(2, n)`` amplitudes ``d_ji`` [N m] before scaling.
-        phases: ``(2, n)`` phases ``φ_ji`` [rad].
+        harmonics: static ``((k_11, …, k_1n), (k_21, …, k_2n), …)`` integer multiples of ``ω_f``,
+            one row per joint (two for the two-link arm, ``J`` for an arm of ``J`` joints).
+        amplitudes: ``(J, n)`` amplitudes ``d_ji`` [N m] before scaling.
+        phases: ``(J, n)`` phases ``φ_ji`` [rad].
         scale: scalar factor ``s`` applied to all amplitudes.
         fundamental: static ``ω_f`` [rad/s].
     """
 
-    harmonics: tuple[tuple[int, ...], tuple[int, ...]] = eqx.field(static=True)
-    amplitudes: Float[Array, "2 n"]
-    phases: Float[Array, "2 n"]
+    harmonics: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    amplitudes: Float[Array, "J n"]
+    phases: Float[Array, "J n"]
     scale: Float[Array, ""]
     fundamental: float = eqx.field(static=True)
 
@@ -96,14 +98,16 @@ class Multisine(eqx.Module):
         fundamental: float = PAPER_FUNDAMENTAL,
     ):
         self.harmonics = _check_harmonics(harmonics)
-        n = len(self.harmonics[0])
+        joints, n = len(self.harmonics), len(self.harmonics[0])
         amplitudes = jnp.asarray(amplitudes, dtype=float)
-        if amplitudes.shape[-2:] != (2, n):
-            raise ValueError(f"amplitudes must have shape (2, {n}) to match the harmonics, got {amplitudes.shape}.")
+        if amplitudes.shape[-2:] != (joints, n):
+            raise ValueError(
+                f"amplitudes must have shape ({joints}, {n}) to match the harmonics, got {amplitudes.shape}."
+            )
         self.amplitudes = amplitudes
         self.phases = jnp.zeros_like(amplitudes) if phases is None else jnp.asarray(phases, dtype=float)
-        if self.phases.shape[-2:] != (2, n):
-            raise ValueError(f"phases must have shape (2, {n}), got {self.phases.shape}.")
+        if self.phases.shape[-2:] != (joints, n):
+            raise ValueError(f"phases must have shape ({joints}, {n}), got {self.phases.shape}.")
         self.scale = jnp.asarray(scale, dtype=float)
         if not (isinstance(fundamental, (int, float)) and fundamental > 0):
             raise ValueError(f"fundamental must be a positive angular frequency in rad/s, got {fundamental!r}.")
@@ -116,9 +120,14 @@ class Multisine(eqx.Module):
         return 2 * math.pi / self.fundamental
 
     @property
+    def joints(self) -> int:
+        """Number of driven joints ``J`` (rows of ``harmonics``)."""
+        return len(self.harmonics)
+
+    @property
     def lines(self) -> tuple[int, ...]:
-        """Sorted union of the harmonic indices of both joints."""
-        return tuple(sorted(set(self.harmonics[0]) | set(self.harmonics[1])))
+        """Sorted union of the harmonic indices of all joints."""
+        return tuple(sorted(set().union(*self.harmonics)))
 
     @property
     def line_frequencies(self) -> np.ndarray:
@@ -127,26 +136,26 @@ class Multisine(eqx.Module):
 
     @property
     def max_harmonic(self) -> int:
-        return max(max(self.harmonics[0]), max(self.harmonics[1]))
+        return max(max(row) for row in self.harmonics)
 
     # -- values -----------------------------------------------------------------------------------
-    def torque(self, t: Float[ArrayLike, "*t"]) -> Float[Array, "*t 2"]:
-        """``u(t)`` [N m] at times ``t`` [s], shape ``(..., 2)`` (offset ``tau0`` not included)."""
+    def torque(self, t: Float[ArrayLike, "*t"]) -> Float[Array, "*t J"]:
+        """``u(t)`` [N m] at times ``t`` [s], shape ``(..., J)`` (offset ``tau0`` not included)."""
         t = jnp.asarray(t)[..., None, None]
         k = jnp.asarray(self.harmonics, dtype=float)
         terms = self.amplitudes * jnp.cos(k * self.fundamental * t + self.phases)
         return self.scale * jnp.sum(terms, axis=-1)
 
-    def phasors(self) -> Complex[Array, "L 2"]:
-        """Torque phasors ``U(ω_k)`` [N m] on ``lines``, shape ``(L, 2)``; zero where a joint has no line."""
+    def phasors(self) -> Complex[Array, "L J"]:
+        """Torque phasors ``U(ω_k)`` [N m] on ``lines``, shape ``(L, J)``; zero where a joint has no line."""
         index = {k: i for i, k in enumerate(self.lines)}
-        u = jnp.zeros((len(self.lines), 2), dtype=complex)
-        for j in range(2):
+        u = jnp.zeros((len(self.lines), self.joints), dtype=complex)
+        for j in range(self.joints):
             rows = np.asarray([index[k] for k in self.harmonics[j]])
             u = u.at[rows, j].add(self.scale * self.amplitudes[j] * jnp.exp(1j * self.phases[j]))
         return u
 
-    def crest_factor(self, samples: int = 20_000) -> Float[Array, "2"]:
+    def crest_factor(self, samples: int = 20_000) -> Float[Array, " J"]:
         """Peak over RMS of each joint's torque, on a fine grid over one period."""
         t = jnp.arange(samples) * (self.period / samples)
         u = self.torque(t)

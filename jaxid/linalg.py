@@ -22,7 +22,7 @@ from typing import Any
 import equinox.internal as eqxi
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Inexact
 
 # lineax's helpers for flattening operator input/output structures (as its own solvers use them).
 from lineax._solver.misc import pack_structures, ravel_vector, transpose_packed_structures, unravel_solution
@@ -131,8 +131,8 @@ def lstsq(
     return pinv @ b, pinv, singular
 
 
-def solve(a: Float[Array, "n n"], b: Array) -> Array:
-    """``a⁻¹ b`` for a small square ``a`` ``(n, n)`` and ``b`` ``(n,)`` or ``(n, k)``.
+def solve(a: Inexact[Array, "n n"], b: Array) -> Array:
+    """``a⁻¹ b`` for a small square ``a`` ``(n, n)`` and ``b`` ``(n,)`` or ``(n, k)``, real or complex.
 
     Gaussian elimination with partial pivoting, unrolled over the static ``n`` (meant for
     ``n ≲ 12``); no LAPACK call. A singular ``a`` gives ``inf``/``nan`` (test it with the policy
@@ -157,8 +157,8 @@ def solve(a: Float[Array, "n n"], b: Array) -> Array:
     return out[:, 0] if vector else out
 
 
-def inverse(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    """``a⁻¹`` of a small square matrix (``solve(a, I)``); no LAPACK call."""
+def inverse(a: Inexact[Array, "n n"]) -> Inexact[Array, "n n"]:
+    """``a⁻¹`` of a small square matrix, real or complex (``solve(a, I)``); no LAPACK call."""
     return solve(a, jnp.eye(a.shape[0], dtype=a.dtype))
 
 

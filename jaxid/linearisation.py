@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Complex, Float
 
-from .linalg import inverse_2x2
+from .linalg import inverse, inverse_2x2
 from .model import (
     LINEAR_PARAMETERS,
     PARAMETER_NAMES,
+    AbstractArm,
     TwoLinkArm,
     gravity_torque,
     holding_torque,
@@ -44,46 +45,58 @@ __all__ = [
 ]
 
 
+def _inverse(z: Array) -> Array:
+    """``z⁻¹`` over trailing ``(n, n)`` axes with no LAPACK call: the closed form for ``n = 2``
+    (``jaxid.linalg.inverse_2x2``), unrolled elimination (``jaxid.linalg.inverse``) otherwise."""
+    n = z.shape[-1]
+    if n == 2:
+        return inverse_2x2(z)
+    flat = z.reshape(-1, n, n)
+    return jax.vmap(inverse)(flat).reshape(z.shape)
+
+
 class LinearArm(eqx.Module):
     """``D0 δq'' + Fv δq' + K0 δq = δτ`` about ``(q0, tau0)``; all fields are arrays.
 
-    Attributes:
-        mass: ``D0`` [kg m²], ``(2, 2)``.
-        damping: ``Fv`` [N m s/rad], ``(2, 2)`` (diagonal).
-        stiffness: ``K0 = ∂G/∂q(q0)`` [N m/rad], ``(2, 2)``.
-        q0: operating point [rad], ``(2,)``.
-        tau0: holding torque ``G(q0)`` [N m], ``(2,)``.
+    Attributes (``n`` joints: 2 for ``TwoLinkArm``, any for another ``AbstractArm``):
+        mass: ``D0`` [kg m²], ``(n, n)``.
+        damping: ``Fv`` [N m s/rad], ``(n, n)`` (diagonal for joint friction).
+        stiffness: ``K0 = ∂G/∂q(q0)`` [N m/rad], ``(n, n)``.
+        q0: operating point [rad], ``(n,)``.
+        tau0: holding torque ``G(q0)`` [N m], ``(n,)``.
     """
 
-    mass: Float[Array, "2 2"]
-    damping: Float[Array, "2 2"]
-    stiffness: Float[Array, "2 2"]
-    q0: Float[Array, "2"]
-    tau0: Float[Array, "2"]
+    mass: Float[Array, "n n"]
+    damping: Float[Array, "n n"]
+    stiffness: Float[Array, "n n"]
+    q0: Float[Array, " n"]
+    tau0: Float[Array, " n"]
 
-    def impedance(self, omega: Float[ArrayLike, "*k"]) -> Complex[Array, "*k 2 2"]:
+    def impedance(self, omega: Float[ArrayLike, "*k"]) -> Complex[Array, "*k n n"]:
         """``Z(jω) = K0 − ω² D0 + jω Fv`` for angular frequencies ``omega`` [rad/s]."""
         w = jnp.asarray(omega)[..., None, None]
         return self.stiffness - w**2 * self.mass + 1j * w * self.damping
 
-    def frequency_response(self, omega: Float[ArrayLike, "*k"]) -> Complex[Array, "*k 2 2"]:
+    def frequency_response(self, omega: Float[ArrayLike, "*k"]) -> Complex[Array, "*k n n"]:
         """``H(jω) = Z(jω)⁻¹`` [rad/(N m)], mapping torque phasors to angle phasors.
 
-        The closed-form 2x2 inverse (``jaxid.linalg.inverse_2x2``): no LAPACK call, so it is safe
-        inside optimiser loops under a large ``vmap`` (see ``jaxid.linalg``).
+        The closed-form 2x2 inverse for two joints (``jaxid.linalg.inverse_2x2``), unrolled
+        elimination for more: no LAPACK call, so it is safe inside optimiser loops under a large
+        ``vmap`` (see ``jaxid.linalg``).
         """
-        return inverse_2x2(self.impedance(omega))
+        return _inverse(self.impedance(omega))
 
-    def state_space(self) -> tuple[Float[Array, "4 4"], Float[Array, "4 2"]]:
+    def state_space(self) -> tuple[Float[Array, "s s"], Float[Array, "s n"]]:
         """``x' = A x + B δτ`` with ``x = (δq, δq')``."""
-        dinv = inverse_2x2(self.mass)
-        zero, eye = jnp.zeros((2, 2)), jnp.eye(2)
+        n = self.mass.shape[-1]
+        dinv = _inverse(self.mass)
+        zero, eye = jnp.zeros((n, n)), jnp.eye(n)
         a = jnp.block([[zero, eye], [-dinv @ self.stiffness, -dinv @ self.damping]])
         b = jnp.concatenate([zero, dinv], axis=0)
         return a, b
 
-    def poles(self) -> Complex[Array, "4"]:
-        """The four eigenvalues of ``A`` [1/s]."""
+    def poles(self) -> Complex[Array, " s"]:
+        """The ``2n`` eigenvalues of ``A`` [1/s]."""
         return jnp.linalg.eigvals(self.state_space()[0])
 
     def slowest_decay_rate(self) -> Float[Array, ""]:
@@ -94,7 +107,7 @@ class LinearArm(eqx.Module):
         return jnp.all(jnp.real(self.poles()) < 0)
 
 
-def linearise(arm: TwoLinkArm, q0: Float[ArrayLike, "2"] = (0.0, 0.0)) -> LinearArm:
+def linearise(arm: AbstractArm, q0: Float[ArrayLike, " n"] | None = None) -> LinearArm:
     """Linearise ``arm`` at rest at ``q0`` (``tau0 = holding_torque(arm, q0)``) by automatic differentiation.
 
     The matrices are the Jacobians of the one inverse-dynamics function at ``(q0, 0, 0)``:
@@ -102,10 +115,13 @@ def linearise(arm: TwoLinkArm, q0: Float[ArrayLike, "2"] = (0.0, 0.0)) -> Linear
     ``fc (2/π) k`` of a smooth Coulomb term at rest) and ``K0 = ∂τ/∂q``. For a rigid arm without the
     optional terms these are exactly ``D(q0)``, ``diag(fv)`` and ``∂G/∂q`` (Coriolis terms are
     quadratic in ``q'`` and vanish). Works under ``jit``/``vmap``/``grad`` (``arm`` and ``q0`` are traced).
+    Any ``AbstractArm`` (``n = arm.dof`` joints; ``q0`` defaults to zeros, the hanging posture of
+    the two-link arm, and the URDF's zero posture of a ``SerialArm``, which need not be an
+    equilibrium that is stable without feedback: ``LinearArm.is_stable`` says).
     """
-    q0 = jnp.asarray(q0, dtype=float)
-    if q0.shape != (2,):
-        raise ValueError(f"q0 must have shape (2,), got {q0.shape}; batch with vmap instead.")
+    q0 = jnp.zeros(arm.dof) if q0 is None else jnp.asarray(q0, dtype=float)
+    if q0.shape != (arm.dof,):
+        raise ValueError(f"q0 must have shape ({arm.dof},), got {q0.shape}; batch with vmap instead.")
     zero = jnp.zeros_like(q0)
     stiffness = jax.jacfwd(lambda q: gravity_torque(arm, q))(q0)
     damping = jax.jacfwd(lambda v: inverse_dynamics(arm, q0, v, zero))(zero)
@@ -195,37 +211,46 @@ _MATRIX_ENTRIES = {
 }
 
 
-def resolve_unknowns(unknowns: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+def resolve_unknowns(unknowns: Sequence[str], arm: AbstractArm | None = None) -> tuple[tuple[str, ...], bool]:
     """Check a set of unknowns; return ``(unknowns, unstructured)``.
 
-    The set is *unstructured* when it names any entry of ``D0`` or ``K0`` (``d11 … k22``); then
-    every name must be in ``UNSTRUCTURED_NAMES`` (``fv1``/``fv2`` are the diagonal of ``Fv``).
-    Otherwise every name must be a physical parameter (``PARAMETER_NAMES``). Raises
-    ``ValueError`` saying what to change.
+    The set is *unstructured* when it names any entry of ``D0`` or ``K0`` (``d11 … k22``, the
+    two-link arm's); then every name must be in ``UNSTRUCTURED_NAMES`` (``fv1``/``fv2`` are the
+    diagonal of ``Fv``). Otherwise every name must be a physical parameter: one of ``arm``'s
+    ``parameter_names`` (default the two-link arm's ``PARAMETER_NAMES``). Raises ``ValueError``
+    saying what to change.
     """
     if isinstance(unknowns, str):
         unknowns = (unknowns,)
     unknowns = tuple(unknowns)
-    matrix = [u for u in unknowns if u in _MATRIX_ENTRIES and u not in ("fv1", "fv2")]
+    allowed = PARAMETER_NAMES if arm is None or isinstance(arm, TwoLinkArm) else arm.parameter_names
+    matrix = [u for u in unknowns if u in _MATRIX_ENTRIES and u not in ("fv1", "fv2") and u not in allowed]
     if matrix:
+        if allowed is not PARAMETER_NAMES:
+            raise ValueError(
+                f"Unstructured unknowns ({matrix}) are defined for the two-link arm only; name parameters of this "
+                f"arm instead ({type(arm).__name__}.parameter_names)."
+            )
         return validate_unknowns(unknowns, UNSTRUCTURED_NAMES), True
-    return validate_unknowns(unknowns, PARAMETER_NAMES), False
+    return validate_unknowns(unknowns, allowed), False
 
 
 def linear_system(
-    nominal: TwoLinkArm,
+    nominal: AbstractArm,
     unknowns: Sequence[str],
     theta: Float[ArrayLike, " p"],
-    q0: Float[ArrayLike, " 2"] = (0.0, 0.0),
+    q0: Float[ArrayLike, " n"] | None = None,
 ) -> LinearArm:
     """The linearisation at ``q0`` of ``nominal`` with the unknowns set to ``theta``.
 
     Physical unknowns are written into the arm and the arm is linearised by autodiff; unstructured
     unknowns overwrite entries of the nominal linearisation (symmetrically for ``d12``, ``k12``).
     Traceable in ``theta`` (this is the model every frequency-domain estimator fits, and what the
-    Cramér–Rao bound differentiates).
+    Cramér–Rao bound differentiates). Any ``AbstractArm`` with physical unknowns (its own
+    ``parameter_names``, e.g. a ``SerialArm``'s standard parameters); unstructured ones are the
+    two-link arm's.
     """
-    unknowns, unstructured = resolve_unknowns(unknowns)
+    unknowns, unstructured = resolve_unknowns(unknowns, nominal)
     theta = jnp.asarray(theta)
     if theta.shape != (len(unknowns),):
         raise ValueError(f"theta must have shape ({len(unknowns)},) for {list(unknowns)}, got {theta.shape}.")
@@ -240,10 +265,10 @@ def linear_system(
 
 
 def parameter_values(
-    arm: TwoLinkArm, unknowns: Sequence[str], q0: Float[ArrayLike, " 2"] = (0.0, 0.0)
+    arm: AbstractArm, unknowns: Sequence[str], q0: Float[ArrayLike, " n"] | None = None
 ) -> Float[Array, " p"]:
     """The true values of ``unknowns`` for ``arm`` (physical or unstructured; see ``linear_system``)."""
-    unknowns, unstructured = resolve_unknowns(unknowns)
+    unknowns, unstructured = resolve_unknowns(unknowns, arm)
     if not unstructured:
         return arm.parameter_vector(unknowns)
     lin = linearise(arm, q0)

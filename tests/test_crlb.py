@@ -82,3 +82,57 @@ def test_bound_is_jittable_in_noise_level(arm, split):
     )
     with pytest.raises(ValueError, match="Nyquist"):
         crlb.linear_crlb(arm, split, UNKNOWNS, noise_std=0.01, sample_step=2.0)
+
+
+# -- any AbstractArm: the same maths on an arm from a URDF ------------------------------------
+
+ROBOTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "data" / "robots"
+
+
+def test_the_two_link_urdf_has_the_two_link_arms_bound():
+    """``table1()`` written as a URDF (``SerialArm``) gives the same linearisation and bound: ``J1``
+    (about the centre of mass) and ``Iyy1`` (about the joint) differ by a constant ``m r²``."""
+    urdf = jaxid.load_arm(ROBOTS / "two_link.urdf")
+    arm = jaxid.table1()
+    a, b = jaxid.linearise(urdf), jaxid.linearise(arm)
+    for field in ("mass", "stiffness", "damping"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=0, atol=1e-13)
+    exc = jaxid.table2(lines="split", scale=0.25)
+    expected = crlb.linear_crlb(arm, exc, ("J1", "J2", "fv1", "fv2"), noise_std=0.01)
+    got = crlb.linear_crlb(urdf, exc, ("Iyy1", "Iyy2", "fv1", "fv2"), noise_std=0.01)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+@pytest.fixture(scope="module")
+def ur5_hanging():
+    """The UR5 with joint friction, linearised where its links hang (shoulder and elbow down)."""
+    arm = jaxid.load_arm(ROBOTS / "ur5_robot.urdf")
+    arm = arm.with_parameters([f"fv{j}" for j in range(1, 7)], jnp.asarray([20.0, 20.0, 10.0, 2.0, 2.0, 1.0]))
+    return arm, jnp.asarray([0.0, -np.pi / 2, 0.0, -np.pi / 2, 0.0, 0.0])
+
+
+def test_linearise_any_arm_by_its_own_dynamics(ur5_hanging):
+    arm, q0 = ur5_hanging
+    lin = jaxid.linearise(arm, q0)
+    np.testing.assert_allclose(lin.mass, jaxid.mass_matrix(arm, q0), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(lin.stiffness, jax.jacfwd(lambda q: jaxid.gravity_torque(arm, q))(q0), atol=1e-12)
+    np.testing.assert_allclose(lin.damping, np.diag([20.0, 20.0, 10.0, 2.0, 2.0, 1.0]), atol=1e-12)
+    omega = jnp.asarray([0.5, 3.0, 20.0])
+    expected = np.linalg.inv(np.asarray(lin.impedance(omega)))  # LAPACK here, as an independent route
+    np.testing.assert_allclose(lin.frequency_response(omega), expected, rtol=1e-10, atol=1e-14)
+
+
+def test_bound_of_a_six_joint_arm_time_domain_equals_spectral(ur5_hanging):
+    """Parseval on six joints: the bound's two routes agree (the independent time-domain sum)."""
+    arm, q0 = ur5_hanging
+    harmonics = [[j + 1, j + 8] for j in range(6)]  # disjoint lines per joint
+    exc = jaxid.Multisine(harmonics, 0.5 * jnp.ones((6, 2)), fundamental=2 * np.pi * 0.1)
+    unknowns = ("fv1", "fv2", "fv3", "mx2", "Izz1")
+    theta = arm.parameter_vector(unknowns)
+    spectral = crlb.linear_fisher_information(arm, exc, unknowns, noise_std=0.01, sample_step=0.05, q0=q0)
+    response = crlb.linear_response(arm, exc, unknowns, sample_step=0.05, q0=q0)
+    assert response(theta).shape == (200, 6)
+    time_domain = crlb.fisher_information(response, theta, noise_std=0.01)
+    np.testing.assert_allclose(spectral, time_domain, rtol=1e-9, atol=1e-12 * np.abs(time_domain).max())
+    with pytest.raises(ValueError, match="drives 2 joints but the arm has 6"):
+        crlb.linear_crlb(arm, jaxid.table2(), unknowns, noise_std=0.01)

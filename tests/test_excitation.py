@@ -1,6 +1,7 @@
 """Multisine excitation: phasors, presets, crest factor and input checks."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -105,3 +106,17 @@ def test_sweep_over_amplitudes_compiles_once():
         np.testing.assert_allclose(peak(ex.replace(scale=s)), [s * sum(PAPER_AMPLITUDES)] * 2, rtol=1e-14)
     assert len(traced) == 1
     assert len(traced_peak) == 1
+
+
+def test_a_multisine_on_any_number_of_joints():
+    """One row of harmonics per joint: the phasors synthesise the torque on every joint."""
+    exc = jaxid.Multisine([[1, 4], [2, 5], [3, 7]], [[1.0, 0.5], [0.3, 0.2], [0.7, 0.1]], [[0, 1], [2, 3], [4, 5]])
+    assert exc.joints == 3 and exc.lines == (1, 2, 3, 4, 5, 7) and exc.max_harmonic == 7
+    t = jnp.linspace(0.0, exc.period, 97)
+    from jaxid.phasors import synthesise
+
+    np.testing.assert_allclose(synthesise(exc.phasors(), exc.line_frequencies, t), exc.torque(t), atol=1e-12)
+    with pytest.raises(ValueError, match="amplitudes must have shape \\(3, 2\\)"):
+        jaxid.Multisine([[1, 4], [2, 5], [3, 7]], jnp.ones((2, 2)))
+    with pytest.raises(ValueError, match="same number of lines"):
+        jaxid.Multisine([[1, 4], [2]], jnp.ones((2, 2)))

@@ -141,6 +141,7 @@ def other_fit(other_build):
     return out
 
 
+@pytest.mark.slow  # an end-to-end fit through the CLI
 def test_other_geometry_from_the_config_alone(other_build, other_fit):
     root, arm, _ = other_build
     out = other_fit
@@ -174,6 +175,7 @@ def test_other_geometry_from_the_config_alone(other_build, other_fit):
     assert not set(warnings["kind"]) & {"inconsistent", "far_from_reference", "worse_than_reference", "degrees"}
 
 
+@pytest.mark.slow  # an end-to-end fit through the CLI
 def test_exported_parameter_files_give_the_identified_base_parameters(other_build, other_fit):
     root, arm, _ = other_build
     params = pd.read_csv(other_fit / "parameters.csv")
@@ -231,6 +233,7 @@ def _quick_config(root, data, reference, extra_log=""):
     return path
 
 
+@pytest.mark.slow  # an end-to-end fit through the CLI
 def test_angles_in_degrees_warn_and_angle_unit_converts_them(other_build, tmp_path, capsys):
     root, arm, _ = other_build
     for name in RUNS:
@@ -268,6 +271,7 @@ def _held_run(arm, hz, amplitude, seed):
     return frame
 
 
+@pytest.mark.slow  # an end-to-end fit through the CLI
 def test_a_joint_that_only_dithers_warns(other_build, tmp_path, capsys):
     root, arm, _ = other_build
     _held_run(arm, 1.2, 0.6, 0).to_csv(tmp_path / "drive_j1.csv.gz", index=False)

@@ -382,5 +382,5 @@ def test_runtime_type_checks_are_on():
     import jaxtyping
 
     with pytest.raises(jaxtyping.TypeCheckError, match="q0"):
-        jaxid.linearise(jaxid.point_mass(), np.zeros(3))
+        jaxid.linearise(jaxid.point_mass(), np.zeros((2, 2)))
     jaxid.linearise(jaxid.point_mass(), (0.1, 0.2))

@@ -55,6 +55,8 @@ from .parameters import (
     validate_unknowns,
 )
 from .presets import DOUBLE_PENDULUM_PARAMETERS, double_pendulum, point_mass, table1
+from .serial import SerialArm
+from .urdf import load_arm, parse_urdf
 
 __all__ = [
     "PARAMETER_NAMES",
@@ -70,6 +72,9 @@ __all__ = [
     "double_pendulum",
     "DOUBLE_PENDULUM_PARAMETERS",
     "PRESETS",
+    "SerialArm",
+    "load_arm",
+    "parse_urdf",
     "arm_preset",
     "arm_from_description",
     "describe_arm",

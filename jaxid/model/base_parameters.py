@@ -145,6 +145,8 @@ def base_parameters(
             raise ValueError("base_parameters: a dependent column is not reproduced by the kept ones; raise samples.")
         # Drop coefficients whose contribution is round-off.
         negligible = np.abs(beta) * norms[kept][:, None] <= 1e-10 * np.maximum(norms[dependent][None, :], 1e-300)
+        # A parameter that never enters (its column zero up to round-off) gets no coefficient at all.
+        negligible |= ~present[dependent][None, :]
         k[:, dependent] = np.where(negligible, 0.0, beta)
     labels = tuple(_label(names, k[i], kept[i]) for i in range(rank))
     return BaseParameters(

@@ -71,7 +71,7 @@ import yaml
 from ..types import did_you_mean
 from ._two_link import OPTIONAL_TERMS
 from .arm import TwoLinkArm
-from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY
+from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, PARAMETER_NAMES
 from .presets import double_pendulum, point_mass, table1
 
 __all__ = [
@@ -145,27 +145,10 @@ LAB_OFFSETS = ("off1", "off2")
 #: The Coulomb slope of the lab's model [s/rad].
 LAB_COULOMB_SLOPE = 100.0
 
-# The explicit table's numeric keys, in order (the inertias as J).
-_VALUES = (
-    "m1",
-    "m2",
-    "l1",
-    "l2",
-    "r1",
-    "r2",
-    "J1",
-    "J2",
-    "fv1",
-    "fv2",
-    "fc1",
-    "fc2",
-    "coulomb_slope",
-    "Ir",
-    "gear_ratio",
-    "off1",
-    "off2",
-    "g",
-)
+# The explicit table's numeric keys, in order (the inertias as J): the arm's named parameters, then
+# the constants that are not parameters.
+_CONSTANTS = ("coulomb_slope", "gear_ratio", "g")
+_VALUES = (*PARAMETER_NAMES, *_CONSTANTS)
 _REQUIRED = ("m1", "m2", "l1", "l2", "r1", "r2", "fv1", "fv2")
 _DEFAULTS = {
     "fc1": 0.0,
@@ -247,26 +230,8 @@ def describe_arm(arm: TwoLinkArm) -> dict[str, Any]:
             "with jax.tree.map(lambda x: x[i], arm)."
         )
     try:
-        fields = {
-            "m1": arm.masses[0],
-            "m2": arm.masses[1],
-            "l1": arm.lengths[0],
-            "l2": arm.lengths[1],
-            "r1": arm.com[0],
-            "r2": arm.com[1],
-            "J1": arm.inertias[0],
-            "J2": arm.inertias[1],
-            "fv1": arm.friction[0],
-            "fv2": arm.friction[1],
-            "fc1": arm.coulomb[0],
-            "fc2": arm.coulomb[1],
-            "coulomb_slope": arm.coulomb_slope,
-            "Ir": arm.rotor_inertia,
-            "gear_ratio": arm.gear_ratio,
-            "off1": arm.torque_offset[0],
-            "off2": arm.torque_offset[1],
-            "g": arm.gravity,
-        }
+        fields = {name: arm.get(name) for name in PARAMETER_NAMES}
+        fields.update(coulomb_slope=arm.coulomb_slope, gear_ratio=arm.gear_ratio, g=arm.gravity)
         values = {k: float(v) for k, v in fields.items()}
     except (TypeError, jax.errors.ConcretizationTypeError):  # a tracer (inside jit/vmap/grad)
         raise ValueError(
