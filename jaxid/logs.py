@@ -4,8 +4,8 @@ A robot's log has jittering time stamps (the double pendulum's 500 Hz controller
 1.6 to 6 ms), several candidate columns for the same quantity (encoder angle vs the driver's
 filtered angle; the torque the motor driver reports from its current vs the commanded torque),
 and sometimes gaps, duplicated stamps or NaNs. ``load_log`` turns such a file into a
-``MeasuredLog``: uniform time grid, SI units, the columns the user picked, or a one-line
-``ValueError`` that says what is wrong and what to change.
+``MeasuredLog``: uniform time grid, SI units, the columns the user picked (one per joint, for any
+number of joints ``n``), or a one-line ``ValueError`` that says what is wrong and what to change.
 
 **Resampling.** The samples are linearly interpolated (``numpy.interp``, per column) onto the
 uniform grid ``t_k = t_start + k·Δ``, ``k = 0 … ⌊(t_end − t_start)/Δ⌋``, where ``Δ`` is the
@@ -31,7 +31,7 @@ from jaxtyping import Array, Float
 
 from .types import check_samples, did_you_mean
 
-__all__ = ["MeasuredLog", "load_log", "read_table", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]
+__all__ = ["MeasuredLog", "load_log", "read_table", "check_joint_samples", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]
 
 #: Default column names (the DFKI double-pendulum logs; see data/double-pendulum/README.md).
 ANGLE_COLUMNS = ("pos_meas1", "pos_meas2")
@@ -40,25 +40,54 @@ TORQUE_COLUMNS = ("tau_meas1", "tau_meas2")
 _SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 
 
+def check_joint_samples(who: str, t, sample_step: float, **arrays) -> None:
+    """Check a sampled signal of ``n`` joints: ``t`` of shape ``(N,)``, every array ``(N, n)``.
+
+    ``n`` is the number of columns of ``tau`` (the torque: one column per joint; of ``q`` if there is
+    no ``tau``). ``sample_step``, ``t``, finiteness and the uniform step are checked by
+    ``jaxid.types.check_samples``; ``None`` arrays are skipped; shapes are checked also under ``jit``,
+    values only when concrete. Raises ``ValueError`` naming ``who.<field>`` and what to change.
+    """
+    from .types import check_finite
+
+    check_samples(who, t, sample_step)
+    count = np.shape(t)[0]
+    reference = arrays.get("tau") if arrays.get("tau") is not None else arrays.get("q")
+    ref_shape = np.shape(reference)
+    n = ref_shape[1] if len(ref_shape) == 2 and ref_shape[1] >= 1 else None
+    for name, value in arrays.items():
+        if value is None:
+            continue
+        if n is None or np.shape(value) != (count, n):
+            joints = "n" if n is None else n
+            raise ValueError(
+                f"{who}.{name} must have shape (N, {joints}) = ({count}, {joints}) (one row per time stamp, one "
+                f"column per joint), got {np.shape(value)}."
+            )
+    check_finite(who, **arrays)
+
+
 class MeasuredLog(eqx.Module):
     """A measured log on a uniform time grid (SI units).
 
     Attributes:
         t: ``(N,)`` uniform sample times [s], ``t[k] = t[0] + k · sample_step`` (the window's start
             in the file's own time axis; nothing is shifted).
-        q: ``(N, 2)`` joint angles [rad] (downward vertical, ``q2`` relative to link 1).
-        tau: ``(N, 2)`` joint torques [N m] (measured or commanded, as chosen at load time).
-        qd: ``(N, 2)`` joint velocities [rad/s] read from the log, or ``None`` (not requested).
+        q: ``(N, n)`` joint angles [rad] (or [m] for a prismatic joint), one column per joint, in the
+            arm's convention (the two-link arm: downward vertical, ``q2`` relative to link 1).
+        tau: ``(N, n)`` joint torques [N m] (measured or commanded, as chosen at load time); its
+            columns set the number of joints ``n``.
+        qd: ``(N, n)`` joint velocities [rad/s] read from the log, or ``None`` (not requested).
         source: the file it came from (static).
         sample_step: ``Δ`` [s] (static).
-        columns: the file columns used, ``(angle1, angle2, torque1, torque2[, vel1, vel2])`` (static).
+        columns: the file columns used, ``(angle1 … anglen, torque1 … torquen[, vel1 … veln])`` (static).
         raw_samples: the number of rows of the file inside the window (static).
     """
 
     t: Float[Array, " N"]
-    q: Float[Array, "N 2"]
-    tau: Float[Array, "N 2"]
-    qd: Float[Array, "N 2"] | None
+    q: Float[Array, "N n"]
+    tau: Float[Array, "N n"]
+    qd: Float[Array, "N n"] | None
     source: str = eqx.field(static=True)
     sample_step: float = eqx.field(static=True)
     columns: tuple[str, ...] = eqx.field(static=True)
@@ -66,7 +95,12 @@ class MeasuredLog(eqx.Module):
 
     def __check_init__(self) -> None:
         # Shapes always; for concrete values also finiteness and t[k+1] - t[k] = sample_step.
-        check_samples("MeasuredLog", self.t, self.sample_step, q=self.q, tau=self.tau, qd=self.qd)
+        check_joint_samples("MeasuredLog", self.t, self.sample_step, q=self.q, tau=self.tau, qd=self.qd)
+
+    @property
+    def joints(self) -> int:
+        """The number of joints ``n`` (columns of ``q`` and ``tau``)."""
+        return int(self.tau.shape[1])
 
     @property
     def samples(self) -> int:
@@ -178,14 +212,27 @@ def _unreadable(path: Path, kind: str, error: BaseException) -> ValueError:
     )
 
 
-def _columns(spec: str | Sequence[str], what: str) -> tuple[str, str]:
+def _joint_count(joints: int | None, *specs) -> int:
+    """``joints`` if given, else the length of the first list of column names, else 2."""
+    if joints is not None:
+        if isinstance(joints, bool) or not isinstance(joints, int) or joints < 1:
+            raise ValueError(f"joints must be a positive integer (the number of joints), got {joints!r}.")
+        return joints
+    for spec in specs:
+        if spec is not None and not isinstance(spec, str):
+            return len(tuple(spec))
+    return 2
+
+
+def _columns(spec: str | Sequence[str], what: str, n: int = 2) -> tuple[str, ...]:
     if isinstance(spec, str):
-        # A prefix: "tau_con" -> ("tau_con1", "tau_con2").
-        return (f"{spec}1", f"{spec}2")
+        # A prefix: "tau_con" -> ("tau_con1", "tau_con2", …, "tau_con<n>").
+        return tuple(f"{spec}{j}" for j in range(1, n + 1))
     spec = tuple(spec)
-    if len(spec) != 2 or not all(isinstance(s, str) for s in spec):
-        raise ValueError(f"{what} must be two column names (joint 1, joint 2) or a prefix string, got {spec!r}.")
-    return spec  # type: ignore[return-value]
+    if len(spec) != n or not all(isinstance(s, str) for s in spec):
+        count, joints = ("two", "(joint 1, joint 2)") if n == 2 else (str(n), f"(joint 1 … joint {n})")
+        raise ValueError(f"{what} must be {count} column names {joints} or a prefix string, got {spec!r}.")
+    return spec
 
 
 def _require_column(frame, name: str, what: str, path: Path) -> None:
@@ -247,19 +294,24 @@ def load_log(
     time: str = "time",
     window: tuple[float | None, float | None] | None = None,
     sample_step: float | None = None,
+    joints: int | None = None,
 ) -> MeasuredLog:
     """Read a measured log and resample it onto a uniform time grid.
 
     Args:
         path: ``.csv``, ``.csv.gz`` or ``.parquet`` file with one row per sample.
-        angles: the two joint-angle columns [rad], or a prefix (``"pos_meas"`` → ``pos_meas1, pos_meas2``).
-        torques: the two torque columns [N m] (measured ``"tau_meas"``, the default, or commanded
+        angles: the ``n`` joint-angle columns [rad], or a prefix (``"pos_meas"`` → ``pos_meas1 …
+            pos_measn``).
+        torques: the ``n`` torque columns [N m] (measured ``"tau_meas"``, the default, or commanded
             ``"tau_con"``: the user's choice), or a prefix.
-        velocities: optional two velocity columns [rad/s] (or a prefix), carried as ``qd``.
+        velocities: optional ``n`` velocity columns [rad/s] (or a prefix), carried as ``qd``.
         time: the time-stamp column [s]; must be strictly increasing.
         window: ``(start, stop)`` [s] in the file's time axis (``None`` for either end: the
             file's first/last stamp). Must lie inside the data.
         sample_step: the uniform step ``Δ`` [s]; default the median stamp difference in the window.
+        joints: the number of joints ``n``; default the length of the first list of names among
+            ``angles``, ``torques``, ``velocities``, else 2 (the two-link default columns). A list of
+            another length is an error.
 
     Returns:
         A ``MeasuredLog`` (float64 if JAX's x64 mode is on, as the CLI and tests set it).
@@ -269,7 +321,8 @@ def load_log(
         suggests a close match), unknown format, an empty file or one with no rows, a truncated or
         corrupt gzip/parquet file, time not strictly increasing, a non-numeric or NaN/inf cell in
         a used column (these three name the row: counted from 0 among the data rows, and the line
-        of a CSV), a window outside the data or with fewer than 3 samples, a non-positive step.
+        of a CSV), a window outside the data or with fewer than 3 samples, a non-positive step, a
+        list of column names whose length is not the number of joints.
         ``TypeError`` for an unknown keyword (Python's own message).
 
     The resampling method (linear interpolation at the median step) is described in the
@@ -277,9 +330,10 @@ def load_log(
     """
     path = Path(path)
     frame = read_table(path)
-    angle_cols = _columns(angles, "angles")
-    torque_cols = _columns(torques, "torques")
-    vel_cols = None if velocities is None else _columns(velocities, "velocities")
+    n = _joint_count(joints, angles, torques, velocities)
+    angle_cols = _columns(angles, "angles", n)
+    torque_cols = _columns(torques, "torques", n)
+    vel_cols = None if velocities is None else _columns(velocities, "velocities", n)
     _require_column(frame, time, "time", path)
     for name in angle_cols:
         _require_column(frame, name, "angle", path)

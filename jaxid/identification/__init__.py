@@ -7,8 +7,9 @@
 - ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
 - ``figures``: the figures of ``jaxid fit``.
 
-Every estimator takes filtered logs, a regressor ``Y(q, q', q'') -> (..., 2, p)`` and the
-parameter names, so any linear-in-parameters model works (``jaxid.fit`` uses the base regressor).
+Every estimator takes filtered logs of ``n`` joints (``(N, n)`` columns), a regressor
+``Y(q, q', q'') -> (..., n, p)`` and the parameter names, so any linear-in-parameters model of any
+number of joints works (``jaxid.fit`` uses the base regressor of a ``TwoLinkArm`` or a ``SerialArm``).
 """
 
 from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques

@@ -8,12 +8,15 @@ band — without it the smooth-sign Coulomb column keeps its step at each veloci
 the torque loses it, a bias of 10-40 % on the friction estimates of a simulated log. ``trim`` samples at both ends are marked unusable (filter and one-sided differences
 are least accurate there) and every estimator and metric skips them.
 
-The simulation helpers integrate a *linear-in-parameters* model given only its regressor
-``Y(q, q', q'')`` (shape ``(..., 2, p)``) and parameters ``θ``: the torque ``Y θ`` is affine in
-``q''``, so ``D(q) = ∂(Y θ)/∂q''`` and ``q'' = D⁻¹ (τ − Y(q, q', 0) θ)`` exactly. This is how the
-base parameters (which no longer map to one physical arm) are simulated. One RK4 step
+The simulation helpers integrate a *linear-in-parameters* model of ``n`` joints given only its
+regressor ``Y(q, q', q'')`` (shape ``(..., n, p)``) and parameters ``θ``: the torque ``Y θ`` is affine
+in ``q''``, so ``D(q) = ∂(Y θ)/∂q''`` and ``q'' = D⁻¹ (τ − Y(q, q', 0) θ)`` exactly. This is how the
+base parameters (which no longer map to one physical arm) are simulated. The ``n × n`` solve is
+``jaxid.linalg``'s (no LAPACK call): Cramer's rule ``solve_2x2`` for two joints (the fast path, and
+the results of the two-link fits), Gaussian elimination with partial pivoting ``solve`` otherwise
+(a fitted ``D`` need not be positive definite, so no Cholesky). One RK4 step
 (``jaxid.integrate.rk4_step``) per log sample, with the torque at the stages ``t, t + Δ/2,
-t + Δ`` interpolated linearly between samples.
+t + Δ`` interpolated linearly between samples. The state is ``y = (q, q')``, shape ``(2 n,)``.
 """
 
 from __future__ import annotations
@@ -28,9 +31,8 @@ from jaxtyping import Array, Float
 
 from ..filters import differentiate, lowpass, min_samples
 from ..integrate import rk4_step
-from ..linalg import solve_2x2
-from ..logs import MeasuredLog
-from ..types import check_samples
+from ..linalg import solve, solve_2x2
+from ..logs import MeasuredLog, check_joint_samples
 
 __all__ = [
     "FilteredLog",
@@ -39,13 +41,16 @@ __all__ = [
     "accelerations",
     "model_torque",
     "simulate_segments",
+    "simulate_segments_jit",
     "Regressor",
     "Known",
 ]
 
-#: ``Y(q, q', q'')``: ``(..., 2), (..., 2), (..., 2) -> (..., 2, p)`` (pure JAX).
+#: ``Y(q, q', q'')``: ``(..., n), (..., n), (..., n) -> (..., n, p)`` (pure JAX). A regressor may also
+#: have a method ``torque(θ, q, q', q'') -> (..., n)`` equal to ``Y(q, q', q'') @ θ`` but computed without
+#: forming ``Y`` (e.g. one Newton–Euler pass of the arm); the simulations (``model_torque``) then use it.
 Regressor = Callable[[Array, Array, Array], Array]
-#: The torque of the fixed (known) parameters, ``(..., 2), (..., 2), (..., 2) -> (..., 2)``; every
+#: The torque of the fixed (known) parameters, ``(..., n), (..., n), (..., n) -> (..., n)``; every
 #: estimator takes it as ``known=`` (default none: all parameters unknown).
 Known = Callable[[Array, Array, Array], Array]
 
@@ -54,19 +59,19 @@ class FilteredLog(eqx.Module):
     """A measured log after zero-phase filtering and differentiation (SI units, uniform grid).
 
     Attributes:
-        t: ``(N,)`` times [s]. q_raw: ``(N, 2)`` resampled measured angles [rad].
-        q, qd, qdd: ``(N, 2)`` filtered angles and their derivatives [rad, rad/s, rad/s²].
-        tau: ``(N, 2)`` low-passed torque [N m]; tau_raw: the resampled torque before filtering.
+        t: ``(N,)`` times [s]. q_raw: ``(N, n)`` resampled measured angles [rad] (``n`` joints).
+        q, qd, qdd: ``(N, n)`` filtered angles and their derivatives [rad, rad/s, rad/s²].
+        tau: ``(N, n)`` low-passed torque [N m]; tau_raw: the resampled torque before filtering.
         name, sample_step, cutoff_hz, method, trim: static description.
     """
 
     t: Float[Array, " N"]
-    q_raw: Float[Array, "N 2"]
-    q: Float[Array, "N 2"]
-    qd: Float[Array, "N 2"]
-    qdd: Float[Array, "N 2"]
-    tau: Float[Array, "N 2"]
-    tau_raw: Float[Array, "N 2"]
+    q_raw: Float[Array, "N n"]
+    q: Float[Array, "N n"]
+    qd: Float[Array, "N n"]
+    qdd: Float[Array, "N n"]
+    tau: Float[Array, "N n"]
+    tau_raw: Float[Array, "N n"]
     name: str = eqx.field(static=True)
     sample_step: float = eqx.field(static=True)
     cutoff_hz: float = eqx.field(static=True)
@@ -76,13 +81,18 @@ class FilteredLog(eqx.Module):
 
     def __check_init__(self) -> None:
         arrays = {k: getattr(self, k) for k in ("q_raw", "q", "qd", "qdd", "tau", "tau_raw")}
-        check_samples("FilteredLog", self.t, self.sample_step, **arrays)
+        check_joint_samples("FilteredLog", self.t, self.sample_step, **arrays)
         if not (0 <= self.trim and 2 * self.trim < self.t.shape[0]):
             raise ValueError(f"FilteredLog.trim = {self.trim} leaves no usable samples of {self.t.shape[0]}.")
 
     def band(self, x) -> np.ndarray:
         """The torque-side low-pass (zero-phase Butterworth, the log's cut-off) along axis 0."""
         return lowpass(np.asarray(x), self.sample_step, self.cutoff_hz, order=self.lowpass_order)
+
+    @property
+    def joints(self) -> int:
+        """The number of joints ``n``."""
+        return int(self.q.shape[1])
 
     @property
     def usable(self) -> slice:
@@ -159,22 +169,25 @@ def _check_length(log: MeasuredLog, cutoff_hz, method, order, lp_order, trim_s) 
     )
 
 
-def stage_torques(tau: Float[Array, "N 2"]) -> Float[Array, "N-1 3 2"]:
+def stage_torques(tau: Float[Array, "N n"]) -> Float[Array, "N-1 3 n"]:
     """The torques at the RK4 stages ``t_k, t_k + Δ/2, t_k + Δ`` (linear interpolation)."""
     tau = jnp.asarray(tau)
     return jnp.stack([tau[:-1], 0.5 * (tau[:-1] + tau[1:]), tau[1:]], axis=1)
 
 
 def model_torque(regressor: Regressor, theta, q, qd, qdd, known: Known | None = None):
-    """``Y(q, q', q'') θ`` plus the torque ``known(q, q', q'')`` of fixed parameters (if any)."""
-    tau = regressor(q, qd, qdd) @ theta
+    """``Y(q, q', q'') θ`` (by ``regressor.torque`` where it has one: see ``Regressor``) plus the torque
+    ``known(q, q', q'')`` of fixed parameters (if any)."""
+    torque = getattr(regressor, "torque", None)
+    tau = regressor(q, qd, qdd) @ theta if torque is None else torque(theta, q, qd, qdd)
     return tau if known is None else tau + known(q, qd, qdd)
 
 
 def accelerations(
     regressor: Regressor, theta: Array, q: Array, qd: Array, tau: Array, known: Known | None = None
 ) -> Array:
-    """``q''`` of the model ``Y(q, q', q'') θ (+ known) = τ`` for one state (shapes ``(2,)``)."""
+    """``q''`` of the model ``Y(q, q', q'') θ (+ known) = τ`` for one state (``q, q', τ``: shapes
+    ``(n,)``; module docstring: ``solve_2x2`` for ``n = 2``, else ``jaxid.linalg.solve``)."""
 
     def torque(qdd):
         return model_torque(regressor, theta, q, qd, qdd, known)
@@ -182,12 +195,15 @@ def accelerations(
     zero = jnp.zeros_like(q)
     bias = torque(zero)
     mass = jax.jacfwd(torque)(zero)
-    return solve_2x2(mass, tau - bias)
+    if q.shape[-1] == 2:
+        return solve_2x2(mass, tau - bias)
+    return solve(mass, tau - bias)
 
 
 def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
     def rates(y, tau):
-        return jnp.concatenate([y[2:], accelerations(regressor, theta, y[:2], y[2:], tau, known)])
+        n = y.shape[0] // 2
+        return jnp.concatenate([y[n:], accelerations(regressor, theta, y[:n], y[n:], tau, known)])
 
     return rates
 
@@ -195,12 +211,12 @@ def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
 def simulate_segments(
     regressor: Regressor,
     theta: Float[Array, " p"],
-    initial_states: Float[Array, "S 4"],
-    torques: Float[Array, "S L 3 2"],
+    initial_states: Float[Array, "S state"],
+    torques: Float[Array, "S L 3 n"],
     sample_step: float,
     known: Known | None = None,
-) -> Float[Array, "S L+1 4"]:
-    """Simulate ``S`` segments of ``L`` steps each from their own initial states ``(q, q')``.
+) -> Float[Array, "S L+1 state"]:
+    """Simulate ``S`` segments of ``L`` steps each from their own initial states ``(q, q')`` (``2 n``).
 
     ``torques[s, k]`` are the stage torques of step ``k`` of segment ``s`` (``stage_torques``).
     Returns the states at the ``L + 1`` grid points of each segment (the initial state first).
@@ -217,3 +233,8 @@ def simulate_segments(
         return jnp.concatenate([y0[None], ys], axis=0)
 
     return jax.vmap(one)(initial_states, torques)
+
+
+#: ``simulate_segments`` compiled (``regressor``, ``sample_step`` and ``known`` static): one program per
+#: model and shapes, shared by every caller (IDIM-IV's instruments, the validation's free simulations).
+simulate_segments_jit = jax.jit(simulate_segments, static_argnums=(0, 4, 5))

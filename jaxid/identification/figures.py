@@ -1,4 +1,8 @@
-"""Figures of ``jaxid fit``: measured vs predicted torque, measured vs simulated angles, residual spectra."""
+"""Figures of ``jaxid fit``: measured vs predicted torque, measured vs simulated angles, residual spectra.
+
+One panel per joint (``n`` joints: the torque and angle figures stack ``n`` rows; the residual
+spectra sit in rows of at most three panels).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
     names = {headline: f"fit ({headline})", "reference": "lab parameters"}
     paths = []
     longest = max(horizons)
+    joints = filtered[runs[0]].joints
+    height = 5 if joints == 2 else 1.1 + 1.9 * joints  # inches: two joints as before, then ~1.9 per panel
     for run in runs:
         d = filtered[run]
         t = np.asarray(d.t)
@@ -43,7 +49,8 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         # Torque: a 3-s window from the middle of the run.
         mid = t[sl][len(t[sl]) // 2]
         win = (t >= mid - 1.5) & (t <= mid + 1.5)
-        fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+        fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
+        axes = axes[:, 0]
         for j, ax in enumerate(axes):
             ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
             ax.plot(t[win], d.band(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
@@ -62,7 +69,8 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         # Angles: free simulations restarted every `longest` seconds from the measured state.
         steps = int(round(longest / d.sample_step))
         starts = np.arange(sl.start, sl.stop - steps, steps)
-        fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+        fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
+        axes = axes[:, 0]
         for j, ax in enumerate(axes):
             ax.plot(t[sl], np.asarray(d.q_raw)[sl, j], color="k", lw=1.2, label="measured")
             for label, theta in shown.items():
@@ -87,7 +95,12 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         plt.close(fig)
 
     # Residual torque spectra over the shown runs.
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    cols = min(joints, 3)
+    rows = -(-joints // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), sharey=True, squeeze=False)
+    for ax in axes.reshape(-1)[joints:]:
+        ax.set_visible(False)
+    axes = axes.reshape(-1)[:joints]
     for label, theta in shown.items():
         psd_sum, freqs = None, None
         for run in runs:
@@ -102,7 +115,8 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
         ax.set_xlim(0, 40)
         ax.set_xlabel("frequency [Hz]")
         ax.set_title(f"joint {j + 1}: residual τ_model − τ_measured")
-    axes[0].set_ylabel("PSD [(N m)²/Hz]")
+    for ax in axes[::cols]:
+        ax.set_ylabel("PSD [(N m)²/Hz]")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     paths.append(fig_dir / "residual_spectra.png")

@@ -28,6 +28,7 @@ are those of the weighted regressor with unit-norm columns (the scale-free condi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -35,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments, stage_torques
+from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stage_torques
 
 __all__ = ["Identification", "idim_ls", "idim_iv", "default_decimation", "segment_starts", "regression_rows"]
 
@@ -49,7 +50,7 @@ class Identification(eqx.Module):
         value: ``(p,)`` estimate. covariance: ``(p, p)`` (see the module docstring for what it ignores).
         rank, condition: numerical rank and scale-free condition number of the problem's Jacobian
             (regressor for IDIM, the output-error Jacobian for OE).
-        residual_std: ``(2,)`` per-joint residual standard deviation (torque [N m] for IDIM,
+        residual_std: ``(n,)`` per-joint residual standard deviation (torque [N m] for IDIM,
             angle [rad] for output error and the filters).
         samples: number of rows (per joint) used. iterations: solver iterations (0 if direct).
         notes: free text (e.g. the largest continuity gap of multiple shooting).
@@ -111,7 +112,7 @@ def _stack(logs, regressor, rows, parallel=True, known=None):
         else:
             ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
             ys.append(tau[idx])
-    return np.concatenate(ws), np.concatenate(ys)  # (n, 2, p), (n, 2)
+    return np.concatenate(ws), np.concatenate(ys)  # (rows, n, p), (rows, n)
 
 
 def _scaled(w):
@@ -228,7 +229,7 @@ def idim_ls(
     """IDIM-LS on one or more filtered logs (see the module docstring).
 
     Args:
-        logs: filtered logs (same model; any lengths). regressor: ``Y(q, q', q'') -> (..., 2, p)``.
+        logs: filtered logs (same model; any lengths). regressor: ``Y(q, q', q'') -> (..., n, p)``.
         names: the ``p`` parameter names. decimate: row stride (default ``default_decimation``).
         weighted: per-joint weighting by the OLS residual std (default ``True``).
         bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
@@ -244,14 +245,15 @@ def idim_ls(
     rows = regression_rows(logs, decimate)
     w, y = _stack(logs, regressor, rows, parallel, known)
     scale = _scaled(w)
-    sigma = np.ones(2)
+    joints = w.shape[1]
+    sigma = np.ones(joints)
     a = (w / scale).reshape(-1, len(names))
     rank, _ = _rank_condition(a)
     _check_rank(rank, names, a, scale)
     x = _solve(a, y.reshape(-1), None, scale)
     if weighted:
         resid = y - np.einsum("njp,p->nj", w / scale, x)
-        sigma = np.sqrt(np.sum(resid**2, axis=0) / (resid.shape[0] - len(names) / 2))
+        sigma = np.sqrt(np.sum(resid**2, axis=0) / (resid.shape[0] - len(names) / joints))
     ws = (w / sigma[None, :, None]).reshape(-1, len(names))
     scale = np.linalg.norm(ws, axis=0)
     scale = np.where(scale > 0, scale, 1.0)
@@ -292,12 +294,21 @@ def _segment_inputs(log: FilteredLog, length: int):
     return starts, x0, torques
 
 
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _accelerations(regressor, theta, q, qd, tau, known):
+    """``accelerations`` at a batch of states ``(K, n)`` (compiled once per model and shape)."""
+    return jax.vmap(lambda q_, qd_, tau_: accelerations(regressor, theta, q_, qd_, tau_, known))(q, qd, tau)
+
+
 def simulated_signals(logs, regressor, theta, segment_s, known=None):
     """Per log: ``(indices, q, qd, qdd)`` of segment-wise simulations restarted from the filtered
     measured state every ``segment_s`` seconds under the low-passed measured torque."""
     out = []
-    sim = jax.jit(simulate_segments, static_argnums=(0, 4, 5))
-    acc = jax.jit(jax.vmap(lambda th, q, qd, tau: accelerations(regressor, th, q, qd, tau, known), (None, 0, 0, 0)))
+    sim = simulate_segments_jit
+
+    def acc(th, q, qd, tau):
+        return _accelerations(regressor, th, q, qd, tau, known)
+
     for d in logs:
         length = max(1, int(round(segment_s / d.sample_step)))
         starts, x0, torques = _segment_inputs(d, length)
@@ -305,9 +316,10 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None):
             sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known)
         )
         idx = (starts[:, None] + np.arange(length)).reshape(-1)
-        states = states[:, :length].reshape(-1, 4)
-        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :2], states[:, 2:], np.asarray(d.tau)[idx]))
-        out.append((idx, states[:, :2], states[:, 2:], qdd))
+        n = d.joints
+        states = states[:, :length].reshape(-1, 2 * n)
+        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :n], states[:, n:], np.asarray(d.tau)[idx]))
+        out.append((idx, states[:, :n], states[:, n:], qdd))
     return out
 
 
@@ -336,16 +348,20 @@ def idim_iv(
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     theta = np.asarray(start.value)
     reg = jax.jit(regressor)
+    # The measured side does not change between passes: its regressor and torque, parallel-filtered.
+    bands = [
+        (d.band(np.asarray(reg(d.q, d.qd, d.qdd))), d.band(np.asarray(d.tau) - _known_torque(d, known))) for d in logs
+    ]
     sigma = None
     for _ in range(iterations):
         sims = simulated_signals(logs, regressor, theta, segment_s, known)
         ws, zs, ys = [], [], []
-        for d, (idx, qs, qds, qdds) in zip(logs, sims, strict=True):
+        for (w_band, y_band), (idx, qs, qds, qdds) in zip(bands, sims, strict=True):
             keep = np.arange(0, idx.size, decimate)
             rows = idx[keep]
-            ws.append(d.band(np.asarray(reg(d.q, d.qd, d.qdd)))[rows])
+            ws.append(w_band[rows])
             zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
-            ys.append(d.band(np.asarray(d.tau) - _known_torque(d, known))[rows])
+            ys.append(y_band[rows])
         w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
         if sigma is None:
             resid = y - np.einsum("njp,p->nj", w, theta)

@@ -1,4 +1,4 @@
-"""The EKF/UKF on measured logs: augmented state ``(q, q', θ)``, the model of the regressor.
+"""The EKF/UKF on measured logs: augmented state ``(q, q', θ)`` (``2 n + p``), the model of the regressor.
 
 The generic filters of ``jaxid.estimators.kalman`` run with this transition: one RK4 step
 (``jaxid.integrate.rk4_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
@@ -53,32 +53,34 @@ def kalman_filter_fit(
         raise ValueError(f"kind must be 'ekf' or 'ukf', got {kind!r}.")
     names = tuple(names)
     p = len(names)
+    n = logs[0].joints
+    m = 2 * n  # the state (q, q')
     h = logs[0].sample_step
     if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
         raise ValueError(f"{kind} needs logs on one time grid; load them with the same sample_step.")
     if measurement_std is None:
         r_std = np.maximum(angle_noise_std(logs), 1e-3)
     else:
-        r_std = np.full(2, float(measurement_std))
+        r_std = np.full(n, float(measurement_std))
 
     def f(x, u):
-        theta = x[4:]
-        y = rk4_step(_rates(regressor, theta, known), x[:4], u, h)
+        theta = x[m:]
+        y = rk4_step(_rates(regressor, theta, known), x[:m], u, h)
         return jnp.concatenate([y, theta])
 
     def emit(x):
-        return x[:2]
+        return x[:n]
 
     run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
 
     @jax.jit
     def one(theta, cov, y, u, q0, qd0):
         m0 = jnp.concatenate([q0, qd0, theta])
-        p0 = jnp.zeros((4 + p, 4 + p)).at[4:, 4:].set(cov)
-        p0 = p0.at[jnp.arange(2), jnp.arange(2)].set(r_std**2).at[jnp.arange(2, 4), jnp.arange(2, 4)].set(0.1**2)
-        q = jnp.zeros((4 + p, 4 + p)).at[jnp.arange(2, 4), jnp.arange(2, 4)].set(velocity_process_std**2)
+        p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
+        p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
+        q = jnp.zeros((m + p, m + p)).at[jnp.arange(n, m), jnp.arange(n, m)].set(velocity_process_std**2)
         result = run(f, emit, q, jnp.diag(jnp.asarray(r_std**2)), m0, p0, y, u)
-        return result.final_mean, result.final_covariance, result.filtered_means[:, :2]
+        return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
 
     theta = np.asarray(start.value)
     cov = np.diag(np.maximum(initial_relative_std * np.abs(theta), 10 * start.std) ** 2)
@@ -95,7 +97,7 @@ def kalman_filter_fit(
         mean, full_cov = np.asarray(mean), np.asarray(full_cov)
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(full_cov))):
             raise ValueError(f"{kind}: the filter diverged on {d.name}; start from a better estimate.")
-        theta, cov = mean[4:], full_cov[4:, 4:]
+        theta, cov = mean[m:], full_cov[m:, m:]
         resid.append(np.asarray(filtered_q) - y)
     resid = np.concatenate(resid)
     d_ = np.sqrt(np.diag(cov))

@@ -15,7 +15,8 @@ part of each log is cut into segments of ``segment_s`` seconds, each with its **
 
 Solved by a trust-region Gauss–Newton/Levenberg–Marquardt method (``scipy.optimize.least_squares``,
 ``trf``, Jacobian-scaled) on the exact Jacobian from ``jax.jacfwd``; each segment's block depends
-only on ``θ`` and its own ``x_s``, so it is computed with ``4 + p`` tangents under ``vmap``.
+only on ``θ`` and its own ``x_s``, so it is computed with ``2 n + p`` tangents under ``vmap``
+(``n`` joints: the state ``x_s`` has ``2 n`` entries).
 Started from IDIM-LS. The covariance ``σ̂² (JᵀJ)⁻¹`` (``θ`` block) treats the residuals as white,
 i.e. it ignores the model error that colours them: a lower bound.
 """
@@ -71,6 +72,7 @@ def output_error(
     if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
         raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
     length = max(stride, int(round(segment_s / h)))
+    n = logs[0].joints
     sigma = angle_noise_std(logs)
     x0s, torques, meas, links = [], [], [], []
     offset = 0
@@ -85,14 +87,14 @@ def output_error(
         offset += len(starts)
     x0 = np.concatenate(x0s)
     torques = jnp.asarray(np.concatenate(torques))
-    meas = jnp.asarray(np.concatenate(meas))  # (S, K, 2)
+    meas = jnp.asarray(np.concatenate(meas))  # (S, K, n)
     segments = x0.shape[0]
     links = np.asarray(links, dtype=int).reshape(-1, 2)
     scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
 
     def segment(theta, y0, tau_s, q_s):
         states = simulate_segments(regressor, theta, y0[None], tau_s[None], h, known)[0]
-        res = (states[:-1:stride, :2] - q_s) / sigma
+        res = (states[:-1:stride, :n] - q_s) / sigma
         return res.reshape(-1), states[-1]
 
     def blocks(theta, y0s):
@@ -107,32 +109,33 @@ def output_error(
         key = z.tobytes()
         if key not in cache:
             cache.clear()
-            theta, y0s = z[:p], z[p:].reshape(segments, 4)
+            theta, y0s = z[:p], z[p:].reshape(segments, 2 * n)
             cache[key] = jax.tree.map(np.asarray, blocks(jnp.asarray(theta), jnp.asarray(y0s)))
         return cache[key]
 
-    k = meas.shape[1] * 2
-    n_rows = segments * k + 4 * len(links)
+    k = meas.shape[1] * n
+    m = 2 * n  # state entries per segment
+    n_rows = segments * k + m * len(links)
 
     def fun(z):
         res, ends, _ = evaluate(z)
-        y0s = z[p:].reshape(segments, 4)
+        y0s = z[p:].reshape(segments, m)
         gaps = (ends[links[:, 0]] - y0s[links[:, 1]]) * scale_c
         return np.concatenate([res.reshape(-1), gaps.reshape(-1)])
 
     def jac(z):
         _, _, ((r_theta, r_y0), (e_theta, e_y0)) = evaluate(z)
-        out = np.zeros((n_rows, p + 4 * segments))
+        out = np.zeros((n_rows, p + m * segments))
         for s in range(segments):
             rows = slice(s * k, (s + 1) * k)
             out[rows, :p] = r_theta[s]
-            out[rows, p + 4 * s : p + 4 * s + 4] = r_y0[s]
+            out[rows, p + m * s : p + m * s + m] = r_y0[s]
         base = segments * k
         for i, (a, b) in enumerate(links):
-            rows = slice(base + 4 * i, base + 4 * i + 4)
+            rows = slice(base + m * i, base + m * i + m)
             out[rows, :p] = e_theta[a] * scale_c[:, None]
-            out[rows, p + 4 * a : p + 4 * a + 4] = e_y0[a] * scale_c[:, None]
-            out[rows, p + 4 * b : p + 4 * b + 4] = -np.diag(scale_c)
+            out[rows, p + m * a : p + m * a + m] = e_y0[a] * scale_c[:, None]
+            out[rows, p + m * b : p + m * b + m] = -np.diag(scale_c)
         return out
 
     z0 = np.concatenate([np.asarray(start.value), x0.reshape(-1)])
@@ -159,10 +162,10 @@ def output_error(
     ev = np.linalg.eigvalsh(reduced / np.outer(d, d))
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
-    res_blocks = r[: segments * k].reshape(segments, -1, 2) * sigma
-    gaps = r[segments * k :].reshape(-1, 4) / scale_c if len(links) else np.zeros((0, 4))
-    gap_q = float(np.abs(gaps[:, :2]).max()) if gaps.size else 0.0
-    gap_v = float(np.abs(gaps[:, 2:]).max()) if gaps.size else 0.0
+    res_blocks = r[: segments * k].reshape(segments, -1, n) * sigma
+    gaps = r[segments * k :].reshape(-1, m) / scale_c if len(links) else np.zeros((0, m))
+    gap_q = float(np.abs(gaps[:, :n]).max()) if gaps.size else 0.0
+    gap_v = float(np.abs(gaps[:, n:]).max()) if gaps.size else 0.0
     notes = (
         f"{segments} segments of {length * h:.3g} s; largest continuity gap {gap_q:.2e} rad, {gap_v:.2e} rad/s; "
         f"solver: {sol.message}"
@@ -174,7 +177,7 @@ def output_error(
         cov,
         rank,
         cond,
-        np.sqrt(np.mean(res_blocks.reshape(-1, 2) ** 2, axis=0)),
+        np.sqrt(np.mean(res_blocks.reshape(-1, n) ** 2, axis=0)),
         int(res_blocks.shape[0] * res_blocks.shape[1]),
         int(sol.njev),
         notes,

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Regressor, simulate_segments, stage_torques
+from .data import FilteredLog, Regressor, model_torque, simulate_segments_jit, stage_torques
 
 __all__ = [
     "torque_prediction",
@@ -34,10 +34,12 @@ __all__ = [
 
 
 def torque_prediction(log: FilteredLog, regressor: Regressor, theta, *, band: bool = True) -> np.ndarray:
-    """``Y θ`` on every sample of a filtered log, ``(N, 2)`` [N m], low-passed like the measured
+    """``Y θ`` on every sample of a filtered log, ``(N, n)`` [N m], low-passed like the measured
     torque (``log.band``) unless ``band=False``."""
     pred = np.asarray(
-        jax.jit(lambda q, qd, qdd, th: regressor(q, qd, qdd) @ th)(log.q, log.qd, log.qdd, jnp.asarray(theta))
+        jax.jit(lambda q, qd, qdd, th: model_torque(regressor, th, q, qd, qdd))(
+            log.q, log.qd, log.qdd, jnp.asarray(theta)
+        )
     )
     return log.band(pred) if band else pred
 
@@ -49,15 +51,15 @@ def torque_rmse(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
     return np.sqrt(np.mean(err**2, axis=0))
 
 
-_sim = jax.jit(simulate_segments, static_argnums=(0, 4))
-
-
 def free_simulation(log: FilteredLog, regressor: Regressor, theta, starts: np.ndarray, steps: int) -> np.ndarray:
-    """Simulated states ``(S, steps + 1, 4)`` from the filtered state at sample indices ``starts``."""
+    """Simulated states ``(S, steps + 1, 2 n)``, ``(q, q')``, from the filtered state at sample indices ``starts``."""
     x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
     stages = np.asarray(stage_torques(log.tau))
     torques = stages[starts[:, None] + np.arange(steps)]
-    return np.asarray(_sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step))
+    states = simulate_segments_jit(
+        regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step, None
+    )
+    return np.asarray(states)
 
 
 def simulation_starts(log: FilteredLog, longest_s: float, start_every_s: float) -> tuple[np.ndarray, int]:
@@ -83,13 +85,14 @@ def free_simulation_rmse(
     starts, steps = simulation_starts(log, max(horizons_s), start_every_s)
     states = free_simulation(log, regressor, theta, starts, steps)
     meas = np.asarray(log.q_raw)[starts[:, None] + np.arange(steps + 1)]
-    err = states[..., :2] - meas
+    joints = log.joints
+    err = states[..., :joints] - meas
     out = {}
     for horizon in horizons_s:
         n = int(round(horizon / log.sample_step)) + 1
         e = err[:, :n]
         out[float(horizon)] = (
-            np.sqrt(np.mean(e.reshape(-1, 2) ** 2, axis=0)) if np.all(np.isfinite(e)) else np.full(2, np.inf)
+            np.sqrt(np.mean(e.reshape(-1, joints) ** 2, axis=0)) if np.all(np.isfinite(e)) else np.full(joints, np.inf)
         )
     return out
 
