@@ -3,10 +3,13 @@
 A fit config (``experiments/fits/*.toml``) names the logs, the model, the train/test split, the
 filter and the estimators::
 
-    [fit]        name, description, data (directory, relative to the config file), model, reference,
+    [fit]        name, description, data (directory, relative to the config file), reference,
                  unknowns ("base": all base parameters, or a list of base names), fixed ({name = value}
-                 for the base parameters not estimated; default: the model preset's values)
-    [log]        angles, torques, velocities, time, sample_step, window    (load_log options)
+                 for the base parameters not estimated; default: the arm description's values)
+    [arm]        a two-link arm (preset, parameter file or geometry), or urdf = "robot.urdf" and
+                 load_arm's options (fixed_joints, armature, offset, gravity, coulomb_slope): any
+                 serial arm of n joints
+    [log]        angles, torques (n names or a prefix), velocities, time, sample_step, window, angle_unit
     [split]      rule (text), train = [...], test = [...]                  (file stems)
     [filter]     method, order, cutoff_hz ("auto" or Hz), candidates, excitation_hz, trim_s
     [estimators] use = [...], and one sub-table of options per estimator

@@ -1,4 +1,10 @@
-"""The ``jaxid fit`` configuration: sections, defaults, validation (see ``jaxid.fit``)."""
+"""The ``jaxid fit`` configuration: sections, defaults, validation (see ``jaxid.fit``).
+
+The ``[arm]`` table describes either a two-link arm (``jaxid.model.description.arm_from_description``:
+a preset, a parameter file or the geometry itself) or, with ``urdf = "robot.urdf"``, an ``n``-joint
+serial arm read by ``jaxid.model.urdf.load_arm`` (``URDF_KEYS``: the file, relative to the config,
+and ``load_arm``'s options ``fixed_joints``, ``armature``, ``offset``, ``gravity``, ``coulomb_slope``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 
 from ..types import did_you_mean
 
-__all__ = ["ESTIMATOR_NAMES", "FitConfig", "parse_fit_config", "load_fit_config", "config_error"]
+__all__ = ["ESTIMATOR_NAMES", "URDF_KEYS", "FitConfig", "parse_fit_config", "load_fit_config", "config_error"]
 
 ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
 
@@ -24,8 +30,8 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "fixed": {},
     },
     "log": {
-        "angles": ["pos_meas1", "pos_meas2"],
-        "torques": ["tau_meas1", "tau_meas2"],
+        "angles": "pos_meas",  # a prefix: pos_meas1 … pos_measn for the arm's n joints
+        "torques": "tau_meas",
         "velocities": None,
         "time": "time",
         "sample_step": None,
@@ -57,6 +63,13 @@ _ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
 
 #: The table of the arm (``jaxid.model.description.arm_from_description``): checked there.
 _ARM = "arm"
+
+#: The keys of an ``[arm]`` table that reads a URDF (``jaxid.model.urdf.load_arm``): the file [relative
+#: to the config], joints locked at 0 (names), armature [kg m²] and torque offset [N m] per joint (a
+#: number or ``n`` numbers: a URDF holds neither), gravity ``[gx, gy, gz]`` [m/s²] in the base frame
+#: (default ``[0, 0, -9.81]``), the Coulomb slope [s/rad] (default 100). Viscous and Coulomb friction
+#: are the URDF's ``<dynamics damping friction>``.
+URDF_KEYS = ("urdf", "fixed_joints", "armature", "offset", "gravity", "coulomb_slope")
 
 
 def config_error(message: str) -> Exception:
@@ -191,6 +204,8 @@ def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
         )
     if not isinstance(table, dict):
         raise config_error("[arm] must be a table.")
+    if "urdf" in table:
+        return _urdf_arms(table, reference, base_dir)
     try:
         arm = arm_from_description(table, base_dir=base_dir, where="arm")
     except ValueError as err:
@@ -199,6 +214,11 @@ def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
         return arm, None
     if not isinstance(reference, str):
         raise config_error(f"fit.reference must be a preset name or a parameter file path, got {reference!r}.")
+    if reference.lower().endswith(".urdf"):
+        raise config_error(
+            f"fit.reference {reference!r} is a URDF but [arm] describes a two-link arm: a URDF reference needs "
+            '[arm] urdf = "..." (the same kind of description); give a preset or a parameter file.'
+        )
     try:
         if reference in PRESETS:
             ref = PRESETS[reference]()
@@ -224,6 +244,82 @@ def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
                 f"fit.reference {reference!r} has {name} = {float(b):.6g} but [arm] has {float(a):.6g}: a reference "
                 "must describe the same build (the same known geometry); fix one of them."
             )
+    return arm, ref
+
+
+def _urdf_options(table: dict[str, Any]) -> dict[str, Any]:
+    """``load_arm``'s keyword arguments from an ``[arm]`` table with ``urdf`` (all but the file), checked."""
+    unknown = [k for k in table if k not in URDF_KEYS]
+    if unknown:
+        raise config_error(
+            f"unknown key 'arm.{unknown[0]}' next to arm.urdf (the URDF describes the whole arm); allowed: "
+            f"{list(URDF_KEYS)}.{did_you_mean(unknown[0], URDF_KEYS)}"
+        )
+    if not isinstance(table["urdf"], str) or not table["urdf"]:
+        raise config_error(
+            f"arm.urdf must be the path of a .urdf file (relative to the config), got {table['urdf']!r}."
+        )
+    options: dict[str, Any] = {}
+    fixed = table.get("fixed_joints", [])
+    if not isinstance(fixed, list) or not all(isinstance(j, str) for j in fixed):
+        raise config_error(f"arm.fixed_joints must be a list of joint names, got {fixed!r}.")
+    options["fixed_joints"] = tuple(fixed)
+    for key in ("armature", "offset"):
+        if key in table:
+            value = table[key]
+            values = value if isinstance(value, list) else [value]
+            if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                raise config_error(f"arm.{key} must be a number or a list of numbers (one per joint), got {value!r}.")
+            options[key] = value
+    if "gravity" in table:
+        g = table["gravity"]
+        if not (isinstance(g, list) and len(g) == 3 and all(isinstance(v, int | float) for v in g)):
+            raise config_error(f"arm.gravity must be [gx, gy, gz] [m/s²] in the base frame, got {g!r}.")
+        options["gravity"] = tuple(float(v) for v in g)
+    if "coulomb_slope" in table:
+        slope = table["coulomb_slope"]
+        if not (isinstance(slope, int | float) and not isinstance(slope, bool) and slope > 0):
+            raise config_error(f"arm.coulomb_slope must be a positive number [s/rad], got {slope!r}.")
+        options["coulomb_slope"] = float(slope)
+    return options
+
+
+def _load_urdf(path: Path, options: dict[str, Any], where: str):
+    from ..model.urdf import load_arm
+
+    if not path.is_file():
+        raise config_error(
+            f"{where}: the URDF file {str(path)!r} does not exist; give its path relative to the config."
+        )
+    try:
+        return load_arm(path, **options)
+    except ValueError as err:
+        raise config_error(f"{where}: {err}") from None
+
+
+def _urdf_arms(table: dict[str, Any], reference: Any, base_dir: Path):
+    """The ``SerialArm`` of ``[arm] urdf = ...`` and the reference: another URDF read with the same
+    ``[arm]`` options (only the file differs), which must have the same kinematic structure."""
+    options = _urdf_options(table)
+    arm = _load_urdf(base_dir / table["urdf"], options, "arm.urdf")
+    if reference in ("", None, False):
+        return arm, None
+    if not (isinstance(reference, str) and reference.lower().endswith(".urdf")):
+        raise config_error(
+            f"fit.reference {reference!r}: with [arm] urdf the reference must be a URDF file (.urdf, relative to "
+            'this file, read with the same [arm] options), or "" for none.'
+        )
+    ref = _load_urdf(base_dir / reference, options, "fit.reference")
+    import numpy as np
+
+    same = arm.dof == ref.dof and arm.joint_types == ref.joint_types
+    for name in ("axes", "parent_rotations", "parent_translations"):
+        same = same and np.allclose(np.asarray(getattr(arm, name)), np.asarray(getattr(ref, name)), rtol=0, atol=1e-9)
+    if not same:
+        raise config_error(
+            f"fit.reference {reference!r} does not have the kinematic structure of arm.urdf ({arm.dof} joints, "
+            "their types, axes and origins): a reference must describe the same arm; fix one of them."
+        )
     return arm, ref
 
 

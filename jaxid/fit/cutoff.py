@@ -47,13 +47,26 @@ COHERENCE = 0.5
 
 
 def load_logs(config: FitConfig, names: list[str]):
-    """The named logs from ``config.data`` (``[log]`` options); ``ConfigError`` for a missing one.
+    """The named logs from ``config.data`` (``[log]`` options); ``ConfigError`` for a missing one, and for
+    ``log.angles``/``torques``/``velocities`` lists whose length is not the arm's number of joints (a
+    prefix ``"pos_meas"`` names ``pos_meas1 … pos_measn``).
 
     With ``log.angle_unit = "deg"`` the angles (and velocities) are converted to radians here.
     """
     from ..logs import load_log
 
     opts = config.section("log")
+    joints = config.arm.dof
+    for key in ("angles", "torques", "velocities"):
+        spec = opts[key]
+        if spec is None or isinstance(spec, str):
+            continue
+        if not (isinstance(spec, list) and len(spec) == joints and all(isinstance(c, str) for c in spec)):
+            raise config_error(
+                f"log.{key} must be {joints} column names (one per joint of the arm) or a prefix string "
+                f'(e.g. "{"pos_meas" if key == "angles" else "tau_meas" if key == "torques" else "vel_meas"}"), '
+                f"got {spec!r}."
+            )
     found = {}
     for name in names:
         candidates = [config.data / f"{name}{s}" for s in (".csv.gz", ".csv", ".parquet", ".pq")]
@@ -72,6 +85,7 @@ def load_logs(config: FitConfig, names: list[str]):
             time=opts["time"],
             window=None if window is None else tuple(window),
             sample_step=opts["sample_step"],
+            joints=joints,
         )
         if opts["angle_unit"] == "deg":
             import equinox as eqx

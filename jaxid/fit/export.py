@@ -12,6 +12,10 @@ values: ``φ_kept = β − K_dep φ_dep``. Any choice of the masses gives exactl
 motion (the same base parameters); the file says so in its header. An estimate that no physical
 arm with those masses realises (e.g. ``m1 r1 + l1 m2 < l1 m2``, a negative first moment) is not
 written as a parameter file; the runner warns and names it.
+
+Only a ``TwoLinkArm`` has parameter files. For any other arm (a ``SerialArm`` from a URDF) only
+``identified/base_parameters.toml`` is written, and the manifest's ``export_note`` says so: writing a
+URDF back (masses, centres of mass and inertia tensors solved from the base parameters) is not done.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["arm_from_base", "export_parameters"]
+__all__ = ["arm_from_base", "export_parameters", "export_note"]
 
 
 def arm_from_base(model, beta):
@@ -38,6 +42,22 @@ def arm_from_base(model, beta):
     return model.arm.with_standard_parameters(phi)
 
 
+def _has_parameter_files(model) -> bool:
+    from ..model import TwoLinkArm
+
+    return isinstance(model.arm, TwoLinkArm)
+
+
+def export_note(model) -> str | None:
+    """Why only ``base_parameters.toml`` is written for ``model``'s arm, or ``None`` (a two-link arm)."""
+    if _has_parameter_files(model):
+        return None
+    return (
+        f"{type(model.arm).__name__}: only identified/base_parameters.toml is written; jaxid has no writer of "
+        "a URDF (or another parameter file) for this arm, so no <estimator>.yaml/.toml."
+    )
+
+
 def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -49,10 +69,12 @@ def export_parameters(out: Path, fit_name: str, estimates: dict, model) -> tuple
     folder = Path(out) / "identified"
     folder.mkdir(parents=True, exist_ok=True)
     paths, skipped = [], {}
-    masses = ", ".join(
-        f"{n} = {float(v):.6g} kg" for n, v in zip(("m1", "m2"), np.asarray(model.arm.masses), strict=True)
-    )
-    for name, est in estimates.items():
+    files = estimates if _has_parameter_files(model) else {}
+    if files:
+        masses = ", ".join(
+            f"{n} = {float(v):.6g} kg" for n, v in zip(("m1", "m2"), np.asarray(model.arm.masses), strict=True)
+        )
+    for name, est in files.items():
         try:
             arm = arm_from_base(model, est.value)
         except ValueError as err:
@@ -70,8 +92,11 @@ def export_parameters(out: Path, fit_name: str, estimates: dict, model) -> tuple
     lines = [
         f"# Base parameters identified by `jaxid fit` ({fit_name}): value and formal standard deviation (a lower",
         "# bound: it ignores errors in variables and model error). `fixed` ones were not estimated.",
-        "",
     ]
+    note = export_note(model)
+    if note is not None:
+        lines.append(f"# {note}")
+    lines.append("")
     for name, est in estimates.items():
         for i, (pname, label) in enumerate(zip(model.names, model.labels, strict=True)):
             lines.append(f"[{name}.{pname}]")

@@ -1,8 +1,14 @@
-"""The model of a fit: the arm, its base parameters, the free/fixed split and consistency checks."""
+"""The model of a fit: the arm, its base parameters, the free/fixed split and consistency checks.
+
+The arm is any ``AbstractArm`` of ``n`` joints (a ``TwoLinkArm`` from an ``[arm]`` description, a
+``SerialArm`` from a URDF); the model is its base regressor (``jaxid.base_parameters``): names
+``base.names`` (each base parameter's leading standard parameter), labels ``base.labels``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -10,7 +16,17 @@ import numpy as np
 from ..types import did_you_mean
 from .config import FitConfig, config_error
 
-__all__ = ["FitModel", "build_model", "SIGN_CONSTRAINED", "bounds", "consistency_checks"]
+__all__ = [
+    "FitModel",
+    "BaseColumns",
+    "build_model",
+    "SIGN_CONSTRAINED",
+    "SIGN_CONSTRAINED_PREFIXES",
+    "MASS_POSTURES",
+    "sign_constrained",
+    "bounds",
+    "consistency_checks",
+]
 
 
 @dataclass
@@ -25,10 +41,34 @@ class FitModel:
     fixed_values: np.ndarray  # full-length; used at the fixed indices
     free_regressor: Any
     known: Any
+    _mass: Any = field(default=None, repr=False)
 
     @property
     def free_names(self) -> tuple[str, ...]:
         return tuple(self.names[i] for i in self.free)
+
+    @property
+    def dof(self) -> int:
+        """The number of joints ``n``."""
+        return int(self.arm.dof)
+
+    def mass_matrices(self, theta) -> np.ndarray:
+        """``D(q_k)`` ``(MASS_POSTURES, n, n)`` [kg m²] of the base parameters ``theta`` at ``mass_postures``:
+        ``∂(Y_B(q, 0, q'') θ)/∂q''`` (compiled once per model)."""
+        import jax
+        import jax.numpy as jnp
+
+        from ..identification.data import model_torque
+
+        if self._mass is None:
+            q = jnp.asarray(mass_postures(self.arm))
+            zero = jnp.zeros(self.dof)
+
+            def mass(th, qi):
+                return jax.jacfwd(lambda a: model_torque(self.regressor, th, qi, zero, a))(zero)
+
+            self._mass = jax.jit(lambda th: jax.vmap(mass, (None, 0))(th, q))
+        return np.asarray(self._mass(jnp.asarray(theta, dtype=float)))
 
     def embed(self, est):
         """The estimate as a full base vector (fixed parameters at their values, std 0)."""
@@ -104,32 +144,126 @@ def build_model(config: FitConfig) -> FitModel:
         def known(q, qd, qdd):
             return m.base_regressor(arm, q, qd, qdd, base)[..., held] @ theta_known
 
+    if not isinstance(arm, m.TwoLinkArm):
+        # The same model, its torque by one Newton–Euler pass (``BaseColumns.torque``) instead of ``Y θ``.
+        regressor = BaseColumns(arm, base, tuple(range(len(names))))
+        # All free: the same object, so that the estimators and the metrics share compiled programs.
+        free_regressor = regressor if not held else BaseColumns(arm, base, free)
+        if held:
+            held_columns = BaseColumns(arm, base, tuple(held))
+            theta_known = values[held]
+
+            def known(q, qd, qdd):
+                return held_columns.torque(theta_known, q, qd, qdd)
+
     return FitModel(arm, base, names, tuple(base.labels), regressor, reference, free, values, free_regressor, known)
 
 
+class BaseColumns:
+    """Columns ``columns`` of an arm's base regressor, ``Y_B[..., columns]`` ``(..., n, len(columns))``, and
+    its product with parameters computed without forming it (``jaxid.identification.data.Regressor``).
+
+    ``Y_B[..., columns] θ = Y φ``: the standard regressor times the standard vector ``φ`` holding ``θ`` at
+    the kept standard columns ``base.independent[columns]`` and 0 elsewhere; the inverse dynamics are
+    linear in ``φ``, so this is ``inverse_dynamics`` of the arm with standard parameters ``φ`` (one
+    Newton–Euler pass instead of one per standard parameter). Hashable by identity (a static argument).
+    """
+
+    def __init__(self, arm, base, columns: tuple[int, ...]):
+        self.arm, self.base, self.columns = arm, base, tuple(columns)
+        self._standard = tuple(base.independent[i] for i in self.columns)
+
+    def __call__(self, q, qd, qdd):
+        from ..model import base_regressor
+
+        return base_regressor(self.arm, q, qd, qdd, self.base)[..., list(self.columns)]
+
+    def torque(self, theta, q, qd, qdd):
+        """``Y_B[..., columns](q, q', q'') θ`` [N m], ``(..., n)``."""
+        import jax.numpy as jnp
+
+        theta = jnp.asarray(theta)
+        phi = jnp.zeros(len(self.base.standard_names), theta.dtype).at[jnp.asarray(self._standard)].set(theta)
+        return _inverse_dynamics()(self.arm, phi, q, qd, qdd)
+
+
+@functools.cache
+def _inverse_dynamics():
+    """The arm's inverse dynamics at a standard vector, jitted: the vector is then traced, so an identified
+    one that the arm's constructor would refuse (e.g. a negative friction) is not refused."""
+    import jax
+
+    return jax.jit(
+        lambda arm, standard, q, qd, qdd: arm.with_standard_parameters(standard).inverse_dynamics(q, qd, qdd)
+    )
+
+
+#: The two-link arm's base parameters that are non-negative for any physical arm (joint-axis inertias,
+#: first moments with ``r_i ≥ 0``, rotor inertia, friction).
 SIGN_CONSTRAINED = ("I1", "m1r1", "I2", "m2r2", "Ir", "fv1", "fv2", "fc1", "fc2")
+#: Any other arm (a ``SerialArm``): armature ``Ia<i>``, viscous ``fv<i>`` and Coulomb ``fc<i>`` friction
+#: are non-negative where the base parameter is that single standard parameter (its label is its name:
+#: no other parameter folded into it; e.g. an armature merged into a link inertia is not constrained).
+SIGN_CONSTRAINED_PREFIXES = ("Ia", "fv", "fc")
+#: Postures at which a general arm's mass matrix is checked (uniform within the joint limits, clipped
+#: to ±π rad; ``jax.random.key(0)``).
+MASS_POSTURES = 64
 
 
-def bounds(names):
-    lo = [0.0 if n in SIGN_CONSTRAINED else -np.inf for n in names]
+def sign_constrained(model: FitModel) -> tuple[str, ...]:
+    """The base parameters of ``model`` that must be non-negative (``SIGN_CONSTRAINED`` for the two-link
+    arm; the rule of ``SIGN_CONSTRAINED_PREFIXES`` otherwise)."""
+    if _two_link(model):
+        return SIGN_CONSTRAINED
+    out = []
+    for name, label in zip(model.names, model.labels, strict=True):
+        prefix = name.rstrip("0123456789")
+        if prefix in SIGN_CONSTRAINED_PREFIXES and prefix != name and label == name:
+            out.append(name)
+    return tuple(out)
+
+
+def bounds(names, constrained=SIGN_CONSTRAINED):
+    """``(lower, upper)`` per parameter: 0 for the ``constrained`` ones, else ``−inf``; ``+inf`` above."""
+    lo = [0.0 if n in constrained else -np.inf for n in names]
     return lo, [np.inf] * len(names)
+
+
+def _two_link(model: FitModel) -> bool:
+    from ..model import TwoLinkArm
+
+    return isinstance(model.arm, TwoLinkArm)
 
 
 def consistency_checks(model: FitModel, theta: np.ndarray) -> list[dict[str, Any]]:
     """Physical-consistency checks of a base-parameter vector.
 
-    Sign checks on the combinations that are positive for any physical arm (joint-axis inertias
-    and first moments with ``r_i ≥ 0``, rotor inertia, friction), and positive definiteness of the
-    mass matrix ``D(q2)`` (from the base regressor, so it holds for the combinations themselves) on
-    a 5° grid of ``q2``. The masses themselves are not identifiable from motion, so no check on them.
+    Sign checks on the combinations that are positive for any physical arm (``sign_constrained``:
+    for the two-link arm joint-axis inertias and first moments with ``r_i ≥ 0``, rotor inertia,
+    friction; for any other arm armature and friction where they are base parameters on their own),
+    and positive definiteness of the mass matrix ``D(q)`` (from the base regressor, so it holds for
+    the combinations themselves): for the two-link arm on a 5° grid of ``q2`` (``D`` does not depend
+    on ``q1``), for any other arm at ``MASS_POSTURES`` random postures. The masses themselves are
+    not identifiable from motion, so no check on them.
     """
     import jax
     import jax.numpy as jnp
 
     rows = []
+    constrained = sign_constrained(model)
     for name, label, value in zip(model.names, model.labels, theta, strict=True):
-        if name in SIGN_CONSTRAINED:
+        if name in constrained:
             rows.append({"check": f"{label} >= 0", "value": float(value), "ok": bool(value >= 0)})
+    if not _two_link(model):
+        eig = np.linalg.eigvalsh(np.asarray(model.mass_matrices(theta)))
+        rows.append(
+            {
+                "check": f"mass matrix D(q) positive definite (min eigenvalue, {MASS_POSTURES} random postures)",
+                "value": float(eig.min()),
+                "ok": bool(eig.min() > 0),
+            }
+        )
+        return rows
     q2 = jnp.linspace(0, 2 * np.pi, 72, endpoint=False)
     q = jnp.stack([jnp.zeros_like(q2), q2], -1)
 
@@ -145,3 +279,14 @@ def consistency_checks(model: FitModel, theta: np.ndarray) -> list[dict[str, Any
         }
     )
     return rows
+
+
+def mass_postures(arm, count: int = MASS_POSTURES) -> np.ndarray:
+    """``(count, n)`` postures uniform within the joint limits (clipped to ±π rad), ``jax.random.key(0)``."""
+    import jax
+
+    n = arm.dof
+    limits = np.asarray(getattr(arm, "position_limits", [(-np.pi, np.pi)] * n), dtype=float)
+    lo, hi = np.clip(limits[:, 0], -np.pi, np.pi), np.clip(limits[:, 1], -np.pi, np.pi)
+    u = np.asarray(jax.random.uniform(jax.random.key(0), (count, n)))
+    return lo + (hi - lo) * u

@@ -21,8 +21,8 @@ from .checks import (
 )
 from .config import FitConfig, config_error
 from .cutoff import choose_cutoff, filter_all, load_logs
-from .export import export_parameters
-from .model import bounds, build_model, consistency_checks
+from .export import export_note, export_parameters
+from .model import bounds, build_model, consistency_checks, sign_constrained
 from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
 
 __all__ = ["FitExists", "FitWarning", "run_fit"]
@@ -45,7 +45,7 @@ def _estimate(name, config, train, model, ls):
     if name == "idim_ls":
         return idim_ls(data, reg, names, known=known, **opts)
     if name == "idim_ls_bounded":
-        return idim_ls(data, reg, names, bounds=bounds(names), known=known, **opts)
+        return idim_ls(data, reg, names, bounds=bounds(names, sign_constrained(model)), known=known, **opts)
     if name == "idim_iv":
         return idim_iv(data, reg, names, start=ls, known=known, **opts)
     if name == "output_error":
@@ -232,5 +232,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         "device": str(jax.devices()[0]),
         "git_revision": _git_revision(),
     }
+    note = export_note(model)
+    if note is not None:  # an arm with no parameter-file writer (a URDF arm)
+        manifest["export_note"] = note
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return out

@@ -1,4 +1,7 @@
-"""The tables of ``jaxid fit``: parameters, validation, consistency, the frequency view and the summary."""
+"""The tables of ``jaxid fit``: parameters, validation, consistency, the frequency view and the summary.
+
+Per-joint rows and columns run over the arm's ``n`` joints (``joint`` = 1 … n).
+"""
 
 from __future__ import annotations
 
@@ -61,9 +64,9 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None):
                 sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"])
                 status = "ok"
             except ValueError:
-                sim = {h: np.full(2, np.nan) for h in horizons}
+                sim = {h: np.full(model.dof, np.nan) for h in horizons}
                 status = "simulation_failed"
-            for j in range(2):
+            for j in range(model.dof):
                 row = {"run": run, "role": role, "model": label, "joint": j + 1, "torque_rmse": float(tau[j])}
                 if tau_fit is not None:
                     row["torque_rmse_fit_band"] = float(tau_fit[j])
@@ -89,11 +92,12 @@ def consistency_table(model, thetas):
 def markdown_summary(summary) -> str:
     """The summary table as Markdown: one row per model, torque and angle RMSE per joint."""
     metrics = [c for c in summary.columns if c.startswith("torque_rmse") or c.startswith("angle_rmse_")]
-    head = ["model"] + [f"{_pretty(m)} j{j}" for m in metrics for j in (1, 2)]
+    joints = sorted(int(j) for j in set(summary["joint"]))
+    head = ["model"] + [f"{_pretty(m)} j{j}" for m in metrics for j in joints]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, rows in summary.groupby("model", sort=False):
         rows = rows.set_index("joint")
-        cells = [model] + [f"{rows.loc[j, m]:.3f}" for m in metrics for j in (1, 2)]
+        cells = [model] + [f"{rows.loc[j, m]:.3f}" for m in metrics for j in joints]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -130,7 +134,7 @@ def frequency_view(config, filtered, model, thetas, f_exc_train):
     for run, d in filtered.items():
         sl = d.usable
         tau = d.band(d.tau)[sl]
-        freqs = [dominant_frequency(tau[:, j], d.sample_step) for j in range(2)]
+        freqs = [dominant_frequency(tau[:, j], d.sample_step) for j in range(model.dof)]
         f0 = min(freqs)
         x = frequency_lines(tau, d.sample_step, f0, 1)[0]
         share = np.abs(x) ** 2 / 2 / np.maximum(np.var(tau, axis=0), 1e-300)
@@ -140,12 +144,12 @@ def frequency_view(config, filtered, model, thetas, f_exc_train):
         signals = {"torque": {"measured": tau}, "angle": {"measured": np.asarray(d.q_raw)[sl]}}
         for label, theta in thetas.items():
             signals["torque"][label] = torque_prediction(d, model.regressor, theta)[sl]
-            sim = free_simulation(d, model.regressor, theta, np.asarray([sl.start]), steps)[0, :, :2]
+            sim = free_simulation(d, model.regressor, theta, np.asarray([sl.start]), steps)[0, :, : model.dof]
             signals["angle"][label] = sim
         for kind, series in signals.items():
             phasors = {k: frequency_lines(v, d.sample_step, f0, harmonics) for k, v in series.items()}
             for k in range(harmonics):
-                for j in range(2):
+                for j in range(model.dof):
                     meas = phasors["measured"][k, j]
                     for label in thetas:
                         mod = phasors[label][k, j]
