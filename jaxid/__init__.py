@@ -70,7 +70,29 @@ from .simulation import (
 from .types import Status, require_float64
 
 __version__ = "0.1.0"
+from .closed_loop import (
+    ClosedLoopRecord,
+    ComputedTorque,
+    FourierTrajectory,
+    JointLimits,
+    MeasurementNoise,
+    OpenLoop,
+    PDController,
+    check_limits,
+    joint_limits,
+    random_fourier_trajectory,
+    simulate_closed_loop,
+    simulate_closed_loop_batch,
+)
 from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
+from .consistency import (
+    ConsistentEstimate,
+    consistent_least_squares,
+    is_physically_consistent,
+    link_eigenvalues,
+    project_to_consistent,
+    pseudo_inertia,
+)
 from .crlb import (
     cramer_rao_bound,
     fisher_information,

@@ -636,10 +636,10 @@ class ClosedLoopRecord(eqx.Module):
 # -- simulation ----------------------------------------------------------------------------------
 
 
-def _stage_times(t: Array, h: float) -> Float[Array, "3 2"]:
-    # ``rk4_step`` feeds row i of its (3, 2) stage input to the rates at t, t + h/2, t + h; the closed
-    # loop passes those stage times (in both columns) and the rates read column 0.
-    return jnp.broadcast_to((t + h * jnp.array([0.0, 0.5, 1.0]))[:, None], (3, 2))
+def _stage_times(t: Array, h: float) -> Float[Array, "3"]:
+    # ``rk4_step`` feeds row i of its stage input to the rates at t, t + h/2, t + h; the closed loop
+    # passes those stage times and its rates compute the controller's torque at them.
+    return t + h * jnp.array([0.0, 0.5, 1.0])
 
 
 def _closed_loop(
@@ -695,8 +695,7 @@ def _closed_loop(
         else:
             tau, clipped = command(t, y[0], y[1], r)
 
-            def rates(state, stage):
-                ts = stage[0]
+            def rates(state, ts):
                 tau_stage = command(ts, state[0], state[1], reference.evaluate(ts))[0]
                 return state[1], arm.forward_dynamics(state[0], state[1], tau_stage)
 

@@ -43,14 +43,15 @@ __all__ = [
 ]
 
 
-def rk4_step(rates: Callable, y, stage_torques: Float[Array, "3 2"], h: float):
+def rk4_step(rates: Callable, y, stage_torques: Float[Array, "3 ..."], h: float):
     """One classic RK4 step of length ``h`` [s] for ``y' = rates(y, tau)``.
 
     Args:
         rates: ``f(y, tau) -> y'`` with the structure of ``y`` (a pytree of arrays).
         y: the state at ``t``.
-        stage_torques: ``(3, 2)`` torques [N m] at ``t``, ``t + h/2`` and ``t + h``
-            (``torque_grid`` rows, offset and scaled).
+        stage_torques: the rates' second argument at ``t``, ``t + h/2`` and ``t + h``: row ``i``
+            goes to stage ``i`` (``(3, n)`` torques [N m], e.g. ``torque_grid`` rows offset and
+            scaled, or ``(3,)`` stage times for a controller that computes its own torque).
         h: static step [s].
 
     Returns the state at ``t + h``: ``y + h/6 (k1 + 2 (k2 + k3) + k4)``. Pure;

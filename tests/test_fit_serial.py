@@ -15,7 +15,6 @@ horizon started every 0.5 s (the free simulations then share IDIM-IV's compiled 
 the six-joint simulation is most of the ~50 s this file takes cold). Tolerances: ``WELL_EXCITED_STD``.
 """
 
-import inspect
 import json
 import re
 from pathlib import Path
@@ -30,19 +29,10 @@ import jaxid
 from jaxid.cli import main
 from jaxid.config import ConfigError
 from jaxid.fit import parse_fit_config
-from jaxid.integrate import rk4_step
 from jaxid.model.urdf import load_arm
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
 
-#: ``jaxid.integrate.rk4_step`` annotates its stage torques ``Float[Array, "3 2"]``: the suite's type checker
-#: (``_typecheck``) then refuses the six-joint simulations of the fit. Until it says ``"3 n"`` the tests
-#: that fit are skipped (and the reason shown); with the annotation widened they run.
-_RK4_TWO_JOINTS = "3 2" in str(inspect.signature(rk4_step).parameters["stage_torques"].annotation)
-needs_n_joint_rk4 = pytest.mark.skipif(
-    _RK4_TWO_JOINTS,
-    reason='jaxid.integrate.rk4_step is annotated Float[Array, "3 2"] (two joints); widen it to "3 n"',
-)
 
 DURATION = 8.0  # [s]: one period of the multi-sines (fundamental 1/8 Hz)
 SAMPLES = 4001  # stamps per run: 2 ms apart on average, each jittered by up to ±1 ms (steps of 1-3 ms)
@@ -189,7 +179,6 @@ RELATIVE = 0.05
 TORQUE_ERROR = 0.08  # [N m]
 
 
-@needs_n_joint_rk4
 def test_ur5_from_a_urdf_recovers_its_base_parameters(ur5_logs, ur5_base, ur5_fit):
     root, arm, _, spans = ur5_logs
     lower, upper = np.asarray(arm.position_limits).T
@@ -226,7 +215,6 @@ def test_ur5_from_a_urdf_recovers_its_base_parameters(ur5_logs, ur5_base, ur5_fi
             assert ours <= 1.1 * true, (estimator, joint)
 
 
-@needs_n_joint_rk4
 def test_ur5_fit_tables_checks_and_export(ur5_fit):
     validation = pd.read_csv(ur5_fit / "validation.csv")
     assert set(validation["joint"]) == set(range(1, 7)) and (validation["status"] == "ok").all()
