@@ -70,6 +70,7 @@ from .simulation import (
 from .types import Status, require_float64
 
 __version__ = "0.1.0"
+from .benchmark import Benchmark, base_parameter_crlb, load_benchmark, run_benchmark
 from .closed_loop import (
     ClosedLoopRecord,
     ComputedTorque,
@@ -139,7 +140,7 @@ from .estimators.interface import (
 )
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .estimators.rls import idim_iv, idim_ls, rls
-from .experiment import run_experiment
+from .experiment import load_config, run_experiment
 from .filters import default_cutoff, differentiate, lowpass
 from .fit import load_fit_config, run_fit
 from .identification import (

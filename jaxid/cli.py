@@ -77,12 +77,12 @@ def cmd_run(args) -> int:
         print(f"jaxid run: error: {error}", file=sys.stderr)
         return 2
     _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
-    from .config import ConfigError, load_experiment
-    from .experiment import run_experiment
+    from .config import ConfigError
+    from .experiment import load_config, run_experiment
     from .study import RunExists
 
     try:
-        exp = load_experiment(_resolve_config(args.config))
+        exp = load_config(_resolve_config(args.config))
         names = [s for s in args.settings.split(",") if s] if args.settings else None
         trials = args.trials
         if args.full:
@@ -103,6 +103,10 @@ def cmd_run(args) -> int:
 
     if jax.process_index() != 0:
         return 0
+    if (run_dir / "estimators.md").exists():  # a benchmark: the per-estimator table (summary.csv has every parameter)
+        print((run_dir / "estimators.md").read_text())
+        print(f"Results in {run_dir}/ (estimators.csv, summary.csv, trials.parquet, figures/)")
+        return 0
     summary = pd.read_parquet(run_dir / "summary.parquet")
     print(markdown_table(summary))
     print(f"Results in {run_dir}/ (summary.csv, trials.parquet, figures/)")
@@ -110,6 +114,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .benchmark.report import is_benchmark_run, make_benchmark_figures, write_benchmark_tables
     from .config import ConfigError
     from .plots import make_figures
     from .report import markdown_table, write_tables
@@ -117,6 +122,12 @@ def cmd_report(args) -> int:
 
     try:
         run_dir = check_run_dir(args.run_dir)
+        if is_benchmark_run(run_dir):
+            table = write_benchmark_tables(run_dir)
+            paths = make_benchmark_figures(run_dir)
+            print(markdown_table(table, [c for c in table.columns if c != "statuses"]))
+            print(f"Rebuilt tables and {len(paths)} figure(s) in {run_dir}/")
+            return 0
         summary = write_tables(run_dir)
         paths = make_figures(run_dir)
     except (ConfigError, FileNotFoundError) as err:

@@ -65,6 +65,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
 }
 
 EXPERIMENT_KEYS = {
+    "kind": str,  # "study" (this module; the default) or "benchmark" (jaxid.benchmark)
     "name": str,
     "description": str,
     "seed": int,
@@ -237,6 +238,11 @@ def parse_experiment(
         if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
             kind = {int: "an integer", str: "a string", list: "a list"}[EXPERIMENT_KEYS[key]]
             raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
+    if exp.get("kind", "study") != "study":
+        raise ConfigError(
+            f'{where}experiment.kind = {exp["kind"]!r}: this reader takes studies (kind = "study"); a benchmark '
+            '(kind = "benchmark") is read by jaxid.load_config or jaxid.benchmark.load_benchmark (`jaxid run` does it).'
+        )
     trials = exp.get("trials", 100)
     chunk = exp.get("chunk", 256)
     for key in ("trials", "chunk", "full_trials"):

@@ -1,20 +1,37 @@
 """Run an experiment end to end: the study's trials, then its tables and figures.
 
-This is the one place that joins the study runner (``jaxid.study``) to the report and the plots
-above it; ``jaxid run`` calls it.
+This is the one place that joins the runners (``jaxid.study``, and ``jaxid.benchmark`` for
+``[experiment] kind = "benchmark"``) to the report and the plots above them; ``jaxid run`` calls it.
 """
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
-from .config import Experiment
+from .benchmark import Benchmark, is_benchmark, parse_benchmark, run_benchmark
+from .config import ConfigError, Experiment, parse_experiment
 from .report import write_tables
 from .study import run_study
 from .study.hosts import is_writer
 from .types import require_float64
 
-__all__ = ["run_experiment"]
+__all__ = ["run_experiment", "load_config"]
+
+
+def load_config(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file of either kind: a ``Benchmark`` when its
+    ``[experiment]`` says ``kind = "benchmark"`` (``jaxid.benchmark.parse_benchmark``), else a study
+    (``jaxid.config.parse_experiment``). ``ConfigError`` (one line) on any problem."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    parse = parse_benchmark if is_benchmark(raw) else parse_experiment
+    return parse(raw, source=str(path), default_name=path.stem)
 
 
 def run_experiment(
@@ -37,6 +54,14 @@ def run_experiment(
     unless ``overwrite``; ``ValueError`` unless JAX runs in float64 (``jax_enable_x64``).
     """
     require_float64("run_experiment")
+    if isinstance(exp, Benchmark):
+        from .benchmark.report import make_benchmark_figures, write_benchmark_tables
+
+        out = run_benchmark(exp, out, overwrite=overwrite, progress=progress)
+        write_benchmark_tables(out)
+        if figures:
+            make_benchmark_figures(out)
+        return out
     out = run_study(exp, out, overwrite=overwrite, progress=progress)
     if not is_writer():
         return out

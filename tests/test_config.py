@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxid.config import ConfigError, load_experiment, parse_experiment
+from jaxid.experiment import load_config
 
 EXPERIMENTS = sorted((Path(__file__).parent.parent / "experiments").glob("*.toml"))
 
@@ -16,7 +17,7 @@ def base(**setting):
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_shipped_experiments_parse_and_have_smoke(path):
-    exp = load_experiment(path)
+    exp = load_config(path)  # a study or a benchmark (kind = "benchmark")
     names = [s.name for s in exp.settings]
     assert "smoke" in names, f"{path.name} needs a smoke setting for CI"
     assert exp.setting("smoke").trials <= 5

@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "closed_loop",
     ),
     ("crlb", "estimators", "identification", "consistency"),
-    ("config", "study", "design", "trajectory_design", "fit"),
-    ("report", "plots"),
+    ("config", "study", "design", "fit", "benchmark"),
+    ("report", "plots", "benchmark.report"),
     ("experiment", "cli", "__main__", "__init__"),
 )
 

@@ -18,7 +18,8 @@ from jaxid.config import load_experiment, parse_experiment
 from jaxid.experiment import run_experiment
 
 ROOT = Path(__file__).parent.parent
-EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
+# Studies only: the benchmarks' (kind = "benchmark") smoke settings run in test_benchmark.py.
+EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.toml") if 'kind = "benchmark"' not in p.read_text())
 
 
 # paper.toml's smoke setting is run by test_readme.py, as the README's main command.

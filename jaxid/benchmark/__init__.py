@@ -1,0 +1,26 @@
+"""The N-joint benchmark: Monte Carlo comparison of identification methods on an arm from its URDF.
+
+``[experiment] kind = "benchmark"`` with ``[arm] urdf = "..."`` (``config``); per setting a plan
+(arms, model, reference, controller, the noise-free runs, the Cramér–Rao bound ``bound``) and per
+trial a closed-loop log and every estimator on it (``trial``); chunks on disk, resumable
+(``runner``); tables and figures (``report``). ``jaxid run`` dispatches on the kind.
+"""
+
+from .bound import base_parameter_crlb
+from .config import BENCHMARK_DEFAULTS, BENCHMARK_ESTIMATORS, Benchmark, is_benchmark, load_benchmark, parse_benchmark
+from .runner import run_benchmark
+from .trial import ESTIMATOR_DOC, BenchmarkPlan, make_plan
+
+__all__ = [
+    "BENCHMARK_DEFAULTS",
+    "BENCHMARK_ESTIMATORS",
+    "ESTIMATOR_DOC",
+    "Benchmark",
+    "BenchmarkPlan",
+    "base_parameter_crlb",
+    "is_benchmark",
+    "load_benchmark",
+    "make_plan",
+    "parse_benchmark",
+    "run_benchmark",
+]

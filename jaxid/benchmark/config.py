@@ -1,0 +1,321 @@
+"""The N-joint benchmark's configuration: ``[experiment] kind = "benchmark"`` with an ``[arm] urdf`` table.
+
+A benchmark file has the tables of any experiment (``jaxid.config``)::
+
+    [experiment]            # kind = "benchmark", name, description, seed, trials, full_trials, chunk
+    [arm]                   # urdf = "...", relative to the file (+ load_arm's options: jaxid.fit.config.URDF_KEYS)
+    [defaults]              # keys shared by all settings (BENCHMARK_DEFAULTS)
+    [settings.<name>]       # one table per setting
+
+A setting is resolved as ``BENCHMARK_DEFAULTS`` ← ``[defaults]`` ← ``[settings.<name>]``; every key
+is checked (a typo gets a suggestion), every value against its type and range, the URDF is read
+(a missing file is a one-line error) — all when the file is loaded, before anything is written.
+The keys are listed in ``experiments/README.md`` ("The N-joint benchmark").
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, Experiment, Setting
+from ..types import did_you_mean
+
+__all__ = [
+    "BENCHMARK_DEFAULTS",
+    "BENCHMARK_ESTIMATORS",
+    "EXCITATIONS",
+    "Benchmark",
+    "is_benchmark",
+    "load_benchmark",
+    "parse_benchmark",
+]
+
+#: Estimators the benchmark runs on an N-joint log (``jaxid.benchmark.trial``).
+BENCHMARK_ESTIMATORS = ("idim_ls", "idim_iv", "idim_ls_consistent", "rls", "output_error", "ekf", "ukf")
+#: ``excitation``: a random feasible Fourier trajectory, or one designed by ``jaxid.trajectory_design``.
+EXCITATIONS = ("random", "bound", "condition")
+CONTROLLERS = ("pd", "computed_torque")
+
+#: Default value of every setting key; also the list of allowed keys.
+BENCHMARK_DEFAULTS: dict[str, Any] = {
+    "excitation": "random",  # random | bound | condition (designed: jaxid.trajectory_design)
+    "harmonics": 5,  # Fourier harmonics L of the reference
+    "period": 5.0,  # [s] period T of the reference
+    "trajectory_seed": 0,  # key of the random reference (the experiment design, shared by all trials)
+    "margin": 0.9,  # fraction of the joint limits the random reference reaches
+    "measured_periods": 1,  # logged periods (the log starts on the reference at t = 0)
+    "sample_step": 0.002,  # [s] log and controller period (zero-order hold)
+    "substeps": 1,  # RK4 steps per sample
+    "controller": "pd",  # pd (with model feed-forward) | computed_torque
+    "controller_frequency": 10.0,  # [Hz] closed-loop natural frequency (critically damped)
+    "angle_std": 1e-4,  # [rad] encoder noise (enters the loop and the estimators)
+    "velocity_std": 1e-3,  # [rad/s] velocity noise (enters the loop only)
+    "torque_std": 0.05,  # [N m] torque reading noise
+    "true_coulomb": 0.0,  # [N m] Coulomb friction of the simulated arm (number or one per joint)
+    "model_coulomb": True,  # whether the estimators' model has the Coulomb columns (false: a model error)
+    "cutoff_hz": 10.0,  # [Hz] zero-phase filter of the angles and torque (jaxid.identification.filter_log)
+    "estimators": ["idim_ls", "idim_iv", "idim_ls_consistent"],
+    "estimator_trials": {},  # {estimator = n}: run a slow estimator on the first n trials only
+    "prior_error": 0.3,  # relative error of the prior (CAD) values the consistent fit is regularised towards
+    "validation_seed": 1,  # key of the held-out validation reference (same harmonics and period)
+    "trials": None,  # per-setting trial count (else the experiment's)
+    "label": None,  # free text shown in tables
+}
+
+_CHOICES = {"excitation": EXCITATIONS, "controller": CONTROLLERS}
+_POSITIVE = ("period", "sample_step", "controller_frequency", "cutoff_hz")
+_NON_NEGATIVE = ("angle_std", "velocity_std", "torque_std", "prior_error")
+_COUNTS = ("harmonics", "measured_periods", "substeps")
+_SEEDS = ("trajectory_seed", "validation_seed")
+EXPERIMENT_KEYS = {
+    "kind": str,
+    "name": str,
+    "description": str,
+    "seed": int,
+    "trials": int,
+    "full_trials": int,
+    "chunk": int,
+}
+
+
+@dataclass(frozen=True)
+class Benchmark(Experiment):
+    """A validated benchmark: an ``Experiment`` whose settings hold ``BENCHMARK_DEFAULTS`` keys and whose
+    ``arm`` is the ``[arm]`` table (``urdf`` resolved to an absolute path, ``options`` for ``load_arm``)."""
+
+    #: The URDF's absolute path (``arm["urdf"]`` is as written in the file, relative to it).
+    urdf_path: str = ""
+
+    def select(self, names: list[str] | None, trials: int | None = None) -> Benchmark:
+        """As ``Experiment.select`` (``smoke`` runs only when named)."""
+        picked = Experiment.select(self, names, trials)
+        return Benchmark(
+            self.name,
+            self.description,
+            self.seed,
+            self.trials,
+            self.chunk,
+            (),
+            picked.settings,
+            self.full_trials,
+            self.source,
+            self.raw,
+            self.arm,
+            self.urdf_path,
+        )
+
+    def resolved(self) -> dict:
+        out = Experiment.resolved(self)
+        out["experiment"]["kind"] = "benchmark"
+        out["experiment"].pop("plots", None)
+        return out
+
+    def load_arm(self):
+        """The nominal ``SerialArm`` of the ``[arm]`` table (host-side; float64)."""
+        from ..fit.config import _load_urdf
+
+        return _load_urdf(Path(self.urdf_path), self.arm["options"], "arm.urdf")
+
+
+def is_benchmark(raw: dict) -> bool:
+    """Whether a parsed TOML file is a benchmark (``[experiment] kind = "benchmark"``)."""
+    exp = raw.get("experiment", {})
+    return isinstance(exp, dict) and exp.get("kind") == "benchmark"
+
+
+def load_benchmark(path: str | Path) -> Benchmark:
+    """Read and validate a benchmark TOML file (``ConfigError``, one line, on any problem)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return parse_benchmark(raw, source=str(path), default_name=path.stem)
+
+
+def parse_benchmark(
+    raw: dict, source: str | None = None, default_name: str = "benchmark", base_dir: str | Path | None = None
+) -> Benchmark:
+    """Validate a benchmark given as a dict (the parsed TOML); see the module docstring.
+
+    ``base_dir``: the folder ``arm.urdf`` is relative to (default: the folder of ``source``, else the
+    working directory). Reads the URDF (a missing or invalid file is a ``ConfigError``) and needs
+    float64 for that. Raises ``ConfigError`` (one line).
+    """
+    where = f"{source}: " if source else ""
+    tables = ("experiment", "arm", "defaults", "settings")
+    for key in raw:
+        if key not in tables:
+            raise ConfigError(
+                f"{where}unknown top-level table [{key}]; use [experiment], [arm], [defaults] and [settings.<name>].{did_you_mean(key, tables)}"
+            )
+    exp = raw.get("experiment", {})
+    for key, value in exp.items():
+        if key not in EXPERIMENT_KEYS:
+            raise ConfigError(
+                f"{where}unknown key experiment.{key}; allowed in a benchmark: {sorted(EXPERIMENT_KEYS)}.{did_you_mean(key, EXPERIMENT_KEYS)}"
+            )
+        if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
+            kind = {int: "an integer", str: "a string"}[EXPERIMENT_KEYS[key]]
+            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
+    if exp.get("kind") != "benchmark":
+        raise ConfigError(f'{where}experiment.kind must be "benchmark" here, got {exp.get("kind")!r}.')
+    for key in ("trials", "chunk", "full_trials"):
+        if key in exp and exp[key] < 1:
+            raise ConfigError(f"{where}experiment.{key} must be a positive integer, got {exp[key]!r}.")
+    arm, urdf_path = _arm_table(raw.get("arm"), source, base_dir, where)
+    defaults = raw.get("defaults", {})
+    _check_keys(defaults, f"{where}[defaults]")
+    settings_raw = raw.get("settings", {})
+    if not settings_raw:
+        raise ConfigError(f"{where}no settings: add at least one [settings.<name>] table.")
+    trials = exp.get("trials", 20)
+    settings = []
+    for name, table in settings_raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}settings.{name} must be a table ([settings.{name}]).")
+        _check_keys(table, f"{where}[settings.{name}]")
+        values = copy.deepcopy(BENCHMARK_DEFAULTS)
+        values.update(copy.deepcopy(defaults))
+        values.update(copy.deepcopy(table))
+        values = _validate(values, f"{where}settings.{name}", arm["dof"])
+        n = values.pop("trials") or trials
+        values["trials"] = None
+        settings.append(Setting(name, values, int(n), None))
+    return Benchmark(
+        name=exp.get("name", default_name),
+        description=exp.get("description", ""),
+        seed=exp.get("seed", 0),
+        trials=trials,
+        chunk=exp.get("chunk", 8),
+        plots=(),
+        settings=tuple(settings),
+        full_trials=exp.get("full_trials"),
+        source=source,
+        raw=raw,
+        arm=arm,
+        urdf_path=urdf_path,
+    )
+
+
+def _arm_table(table: Any, source: str | None, base_dir, where: str) -> tuple[dict, str]:
+    """``({"urdf": as written, "options": load_arm's keywords, "dof": n}, absolute path)``; the URDF is
+    read here."""
+    from ..fit.config import URDF_KEYS, _load_urdf, _urdf_options
+
+    if not isinstance(table, dict) or "urdf" not in table:
+        raise ConfigError(
+            f'{where}a benchmark needs an [arm] table with urdf = "path/to/robot.urdf" (relative to the file), '
+            f"e.g. the shipped data/robots/ur5_robot.urdf; allowed keys {list(URDF_KEYS)}."
+        )
+    if base_dir is None:
+        base_dir = Path(source).parent if source is not None else Path.cwd()
+    try:
+        options = _urdf_options(table)
+        path = (Path(base_dir) / table["urdf"]).resolve()
+        arm = _load_urdf(path, options, f"{where}arm.urdf")
+    except ConfigError as err:
+        message = str(err)
+        raise ConfigError(message if message.startswith(where) else f"{where}{message}") from None
+    return {"urdf": table["urdf"], "options": options, "dof": int(arm.dof)}, str(path)
+
+
+def _check_keys(table: dict, where: str) -> None:
+    for key in table:
+        if key not in BENCHMARK_DEFAULTS:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; allowed keys: {sorted(BENCHMARK_DEFAULTS)}.{did_you_mean(key, BENCHMARK_DEFAULTS)}"
+            )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate(v: dict, where: str, dof: int) -> dict:
+    for key, choices in _CHOICES.items():
+        if v[key] not in choices:
+            raise ConfigError(
+                f"{where}.{key} = {v[key]!r} is not allowed; choose one of {list(choices)}.{did_you_mean(str(v[key]), choices)}"
+            )
+    for key in _POSITIVE + _NON_NEGATIVE:
+        if not _number(v[key]):
+            raise ConfigError(f"{where}.{key} must be a finite number, got {v[key]!r}.")
+        v[key] = float(v[key])
+    for key in _POSITIVE:
+        if not v[key] > 0:
+            raise ConfigError(f"{where}.{key} must be > 0, got {v[key]!r}.")
+    for key in _NON_NEGATIVE:
+        if not v[key] >= 0:
+            raise ConfigError(f"{where}.{key} must be >= 0, got {v[key]!r}.")
+    if not (_number(v["margin"]) and 0 < v["margin"] <= 1):
+        raise ConfigError(f"{where}.margin must be a number in (0, 1], got {v['margin']!r}.")
+    v["margin"] = float(v["margin"])
+    for key in _COUNTS:
+        if isinstance(v[key], bool) or not isinstance(v[key], int) or v[key] < 1:
+            raise ConfigError(f"{where}.{key} must be a positive integer, got {v[key]!r}.")
+    for key in _SEEDS:
+        if isinstance(v[key], bool) or not isinstance(v[key], int) or v[key] < 0:
+            raise ConfigError(f"{where}.{key} must be a non-negative integer, got {v[key]!r}.")
+    duration = v["period"] * v["measured_periods"]
+    samples = duration / v["sample_step"]
+    if abs(samples - round(samples)) > 1e-9 * max(1.0, samples):
+        raise ConfigError(
+            f"{where}.sample_step = {v['sample_step']:g} s does not divide the logged time {duration:g} s "
+            "(period × measured_periods); choose a divisor."
+        )
+    if v["cutoff_hz"] >= 0.5 / v["sample_step"]:
+        raise ConfigError(
+            f"{where}.cutoff_hz = {v['cutoff_hz']:g} Hz is at or above the Nyquist frequency "
+            f"{0.5 / v['sample_step']:g} Hz of sample_step; lower it."
+        )
+    coulomb = v["true_coulomb"]
+    values = coulomb if isinstance(coulomb, list) else [coulomb]
+    if not (all(_number(c) and c >= 0 for c in values) and len(values) in (1, dof)):
+        raise ConfigError(
+            f"{where}.true_coulomb must be a non-negative number or a list of {dof} (one per joint) [N m], got {coulomb!r}."
+        )
+    if not isinstance(v["model_coulomb"], bool):
+        raise ConfigError(f"{where}.model_coulomb must be true or false, got {v['model_coulomb']!r}.")
+    names = v["estimators"]
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names:
+        raise ConfigError(f"{where}.estimators must be a non-empty list; choose some of {list(BENCHMARK_ESTIMATORS)}.")
+    for name in names:
+        if name not in BENCHMARK_ESTIMATORS:
+            raise ConfigError(
+                f"{where}.estimators: unknown estimator {name!r}; available: {list(BENCHMARK_ESTIMATORS)}.{did_you_mean(str(name), BENCHMARK_ESTIMATORS)}"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}.estimators lists an estimator twice: {names}.")
+    v["estimators"] = list(names)
+    limits = v["estimator_trials"]
+    if not isinstance(limits, dict):
+        raise ConfigError(f"{where}.estimator_trials must be a table {{estimator = trials}}, got {limits!r}.")
+    for name, count in limits.items():
+        if name not in names:
+            raise ConfigError(
+                f"{where}.estimator_trials.{name}: {name!r} is not among this setting's estimators {names}."
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"{where}.estimator_trials.{name} must be a positive integer, got {count!r}.")
+    trials = v["trials"]
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise ConfigError(f"{where}.trials must be a positive integer, got {trials!r}.")
+    if v["excitation"] != "random":
+        try:
+            from ..trajectory_design import design_trajectory  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                f"{where}.excitation = {v['excitation']!r} needs jaxid.trajectory_design, which this build lacks; "
+                'use excitation = "random".'
+            ) from None
+    return v

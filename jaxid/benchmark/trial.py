@@ -1,0 +1,400 @@
+"""One setting of the N-joint benchmark: its plan, the closed-loop simulation of its trials, and the
+estimators run on each trial's log.
+
+**Plan** (``make_plan``, once per setting): the nominal ``SerialArm`` from the URDF; the simulated
+("true") arm, which is the nominal one plus ``true_coulomb`` Coulomb friction; the estimators'
+model, the base parameters of the arm (``jaxid.base_parameters``) with the Coulomb columns
+dropped when ``model_coulomb = false`` (then the friction is a model error: present in the data,
+absent from the model); the reference (``random_fourier_trajectory`` from ``trajectory_seed``, or a
+designed one), the controller (tuned on the *nominal* arm: it knows no friction), the noise; and
+two noise-free closed-loop runs: the benchmark trajectory itself (its exact states give the
+Cramér–Rao bound, ``jaxid.benchmark.bound``) and a held-out validation trajectory
+(``validation_seed``), on which every estimate predicts the torque.
+
+**Trial** ``i``: its key ``trial_key(seed, setting, i)`` (``jaxid.study.sampling``) draws its
+measurement noise; the closed loop is simulated (``simulate_closed_loop_batch``, a chunk of trials
+in one compiled call; the noise enters the loop through the controller); the noisy log is filtered
+(``filter_log`` at ``cutoff_hz``) and every estimator of the setting runs on it. A trial's rows
+depend on the seed, the setting and its index only.
+
+**Estimators** (``ESTIMATOR_DOC``): all run on the same filtered log and the same rows.
+IDIM-LS is computed for every trial (the start of the others). A failure (an exception, a
+non-finite estimate, a solver that stops at its iteration limit, a diverged simulation) is a
+status on the trial's rows, never a silent NaN.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..closed_loop import (
+    ComputedTorque,
+    FourierTrajectory,
+    MeasurementNoise,
+    PDController,
+    check_limits,
+    random_fourier_trajectory,
+    simulate_closed_loop_batch,
+)
+from ..config import Setting
+from ..consistency import consistent_least_squares
+from ..estimators.rls import recursive_least_squares
+from ..fit.model import BaseColumns
+from ..identification import filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
+from ..identification.idim import _stack, default_decimation, regression_rows
+from ..logs import MeasuredLog
+from ..model import SerialArm, base_parameters
+from ..study.sampling import setting_key, trial_key
+from ..types import Status
+from .bound import base_parameter_crlb
+from .config import Benchmark
+
+__all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "ESTIMATOR_DOC", "validation_rmse"]
+
+#: What each estimator is and what its reported std means (also in ``experiments/README.md``).
+ESTIMATOR_DOC = {
+    "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: σ̂² (WᵀW)⁻¹)",
+    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS",
+    "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
+    "(log-Cholesky, jaxid.consistency; regularised towards a prior with prior_error); std: IDIM-LS's",
+    "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
+    "coordinates)",
+    "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
+    "ekf": "extended Kalman filter, state (q, q', θ), from IDIM-LS",
+    "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",
+}
+
+
+class _StandardRegressor:
+    """``Y(q, q', q'')`` of all ``14 n`` standard parameters, with ``zero`` columns set to 0 (the Coulomb
+    columns of a model without Coulomb friction). Hashable by identity (one compile per plan)."""
+
+    def __init__(self, arm: SerialArm, zero: tuple[int, ...]):
+        self.arm = arm
+        keep = np.ones(len(arm.standard_names))
+        keep[list(zero)] = 0.0
+        self.keep = keep
+
+    def __call__(self, q, qd, qdd):
+        return self.arm.standard_regressor(q, qd, qdd) * jnp.asarray(self.keep)
+
+
+@dataclass
+class BenchmarkPlan:
+    """Everything a setting's trials share (``make_plan``)."""
+
+    setting: Setting
+    seed: int
+    nominal: SerialArm
+    true_arm: SerialArm
+    columns: tuple[int, ...]  # base columns of the estimators' model
+    names: tuple[str, ...]
+    labels: tuple[str, ...]
+    truth: np.ndarray  # (p,) the true base parameters of the model's columns
+    regressor: BaseColumns
+    standard: _StandardRegressor
+    base: object
+    reference: FourierTrajectory
+    controller: object
+    noise: MeasurementNoise
+    prior: np.ndarray  # (14 n,) the consistent fit's prior (standard parameters)
+    crlb: np.ndarray  # (p, p)
+    validation: tuple  # (q, qd, qdd, tau) of the noise-free validation run
+    heldout_truth: float  # torque RMSE of the true parameters on the validation run (model error)
+    info: dict  # trajectory figures written to extras.json
+    width: int  # trials per simulated chunk
+
+    @property
+    def duration(self) -> float:
+        return self.setting["period"] * self.setting["measured_periods"]
+
+
+def _reference(plan_arm: SerialArm, s: Setting, seed: int) -> FourierTrajectory:
+    if s["excitation"] == "random":
+        return random_fourier_trajectory(
+            plan_arm, s["harmonics"], s["period"], key=jax.random.key(s["trajectory_seed"]), margin=s["margin"]
+        )
+    # A designed excitation (``jaxid.trajectory_design``; the config checks it is available): its
+    # criterion minimised from the random start of ``trajectory_seed``, for this setting's noise.
+    from ..trajectory_design import design_trajectory
+
+    result = design_trajectory(
+        plan_arm,
+        harmonics=s["harmonics"],
+        period=s["period"],
+        noise_std=s["torque_std"],
+        criterion=s["excitation"],
+        seed=s["trajectory_seed"],
+        margin=s["margin"],
+        periods=s["measured_periods"],
+    )
+    return result.trajectory
+
+
+def _controller(s: Setting, nominal: SerialArm, reference: FourierTrajectory):
+    if s["controller"] == "pd":
+        return PDController.tuned(nominal, reference, frequency=s["controller_frequency"])
+    return ComputedTorque.tuned(nominal, frequency=s["controller_frequency"])
+
+
+def simulate_trials(
+    plan: BenchmarkPlan, trials: np.ndarray, *, reference=None, controller=None, noise=None
+) -> dict[str, np.ndarray]:
+    """The closed-loop logs of ``trials`` (their keys), as host arrays with a leading trial axis.
+
+    Always simulates ``plan.width`` trials (padded with copies of the last one, dropped), so every
+    call is the same compiled program and a trial's bits do not depend on its chunk's size.
+    """
+    count = len(trials)
+    padded = np.concatenate([trials, np.full(plan.width - count, trials[-1])]).astype(np.int64)
+    s = plan.setting
+    keys = jax.vmap(lambda i: trial_key(plan.seed, s.name, i))(jnp.asarray(padded))
+    record = simulate_closed_loop_batch(
+        plan.true_arm,
+        plan.reference if reference is None else reference,
+        plan.controller if controller is None else controller,
+        duration=plan.duration,
+        keys=keys,
+        sample_step=s["sample_step"],
+        substeps=s["substeps"],
+        noise=plan.noise if noise is None else noise,
+    )
+    fields = ("t", "q", "qd", "tau", "tau_command", "status")
+    return {f: np.asarray(getattr(record, f))[:count] for f in fields}
+
+
+@eqx.filter_jit
+def _true_accelerations(arm, q, qd, tau):
+    return jax.vmap(arm.forward_dynamics)(q, qd, tau)
+
+
+def _noise_free(plan: BenchmarkPlan, reference, controller) -> tuple:
+    """``(q, q', q'', τ)`` of a noise-free run (same compiled program as the trials: zero noise stds)."""
+    silent = MeasurementNoise(0.0, 0.0, 0.0)
+    run = simulate_trials(plan, np.zeros(1, dtype=np.int64), reference=reference, controller=controller, noise=silent)
+    if run["status"][0] != Status.SUCCESS:
+        return None
+    q, qd, tau = run["q"][0], run["qd"][0], run["tau_command"][0]
+    qdd = np.asarray(_true_accelerations(plan.true_arm, jnp.asarray(q), jnp.asarray(qd), jnp.asarray(tau)))
+    return q, qd, qdd, tau
+
+
+def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
+    """The plan of one setting (module docstring): arms, model, reference, controller, noise, the
+    noise-free runs, the Cramér–Rao bound and the held-out truth. Compiles the closed loop once."""
+    s = setting
+    nominal = exp.load_arm()
+    n = nominal.dof
+    coulomb = jnp.broadcast_to(jnp.asarray(s["true_coulomb"], dtype=float), (n,))
+    true_arm = eqx.tree_at(lambda a: a.coulomb, nominal, nominal.coulomb + coulomb)
+    base = base_parameters(nominal)
+    names_all = tuple(base.names)
+    fc = {f"fc{j + 1}" for j in range(n)}
+    columns = tuple(i for i, name in enumerate(names_all) if s["model_coulomb"] or name not in fc)
+    standard_names = tuple(nominal.standard_names)
+    zero = () if s["model_coulomb"] else tuple(i for i, name in enumerate(standard_names) if name in fc)
+    truth_all = np.asarray(base.values(true_arm.standard_parameters()))
+    reference = _reference(nominal, s, exp.seed)
+    controller = _controller(s, nominal, reference)
+    key = jax.random.fold_in(setting_key(exp.seed, s.name), 3)
+    phi = np.asarray(true_arm.standard_parameters())
+    prior = phi * (1 + s["prior_error"] * np.asarray(jax.random.uniform(key, phi.shape, minval=-1.0, maxval=1.0)))
+    plan = BenchmarkPlan(
+        setting=s,
+        seed=exp.seed,
+        nominal=nominal,
+        true_arm=true_arm,
+        columns=columns,
+        names=tuple(names_all[i] for i in columns),
+        labels=tuple(base.labels[i] for i in columns),
+        truth=truth_all[list(columns)],
+        regressor=BaseColumns(nominal, base, columns),
+        standard=_StandardRegressor(nominal, zero),
+        base=base,
+        reference=reference,
+        controller=controller,
+        noise=MeasurementNoise(s["angle_std"], s["velocity_std"], s["torque_std"]),
+        prior=prior,
+        crlb=np.full((len(columns), len(columns)), np.nan),
+        validation=(),
+        heldout_truth=float("nan"),
+        info={},
+        width=min(exp.chunk, s.trials),
+    )
+    ratios = check_limits(reference, nominal)
+    plan.info = {
+        "limit_ratios": {k: float(v) for k, v in ratios._asdict().items()},
+        "parameters": len(columns),
+        "labels": dict(zip(plan.names, plan.labels, strict=True)),
+    }
+    run = _noise_free(plan, reference, controller)
+    if run is not None:
+        q, qd, qdd, _ = run
+        w = np.asarray(jax.jit(plan.regressor)(q, qd, qdd))
+        plan.crlb = base_parameter_crlb(w, s["torque_std"])
+        a = w.reshape(-1, w.shape[-1])
+        a = a / np.where(np.linalg.norm(a, axis=0) > 0, np.linalg.norm(a, axis=0), 1.0)
+        sv = np.linalg.svd(a, compute_uv=False)
+        plan.info["condition"] = float(sv[0] / sv[-1])
+    plan.info["trajectory_diverged"] = run is None
+    validation_reference = random_fourier_trajectory(
+        nominal, s["harmonics"], s["period"], key=jax.random.key(s["validation_seed"]), margin=s["margin"]
+    )
+    held = _noise_free(plan, validation_reference, _controller(s, nominal, validation_reference))
+    if held is not None:
+        plan.validation = tuple(jnp.asarray(x) for x in held)
+        plan.heldout_truth = validation_rmse(plan, plan.truth)
+    return plan
+
+
+def validation_rmse(plan: BenchmarkPlan, theta: np.ndarray) -> float:
+    """RMS over samples and joints of the model's torque at ``theta`` minus the true torque on the
+    held-out validation run [N m] (``nan`` without one or for a non-finite ``theta``)."""
+    if not plan.validation or not np.all(np.isfinite(theta)):
+        return float("nan")
+    q, qd, qdd, tau = plan.validation
+    predicted = np.asarray(plan.regressor.torque(jnp.asarray(theta, dtype=float), q, qd, qdd))
+    return float(np.sqrt(np.mean((predicted - np.asarray(tau)) ** 2)))
+
+
+def _filtered(plan: BenchmarkPlan, run: dict, index: int):
+    s = plan.setting
+    log = MeasuredLog(
+        jnp.asarray(run["t"][index]),
+        jnp.asarray(run["q"][index]),
+        jnp.asarray(run["tau"][index]),
+        None,
+        f"{s.name}/trial",
+        s["sample_step"],
+        (),
+        int(run["t"].shape[1]),
+    )
+    return filter_log(log, s["cutoff_hz"])
+
+
+def _rls(plan: BenchmarkPlan, logs, ls):
+    """RLS over IDIM-LS's rows, weighted by its per-joint residual std (``ESTIMATOR_DOC``)."""
+    rows = regression_rows(logs, default_decimation(logs[0].sample_step, logs[0].cutoff_hz))
+    w, y = _stack(logs, plan.regressor, rows)
+    sigma = np.maximum(np.asarray(ls.residual_std), 1e-12)
+    w, y = w / sigma[None, :, None], y / sigma
+    scale = np.linalg.norm(w.reshape(-1, w.shape[-1]), axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    p = w.shape[-1]
+    theta, cov, _, _ = _compiled_rls(jnp.asarray(w / scale), jnp.asarray(y), jnp.zeros(p), 1e8 * jnp.eye(p))
+    theta = np.asarray(theta)
+    resid = y - np.einsum("njp,p->nj", w / scale, theta)
+    variance = np.sum(resid**2) / max(resid.size - p, 1)
+    return theta / scale, variance * np.asarray(cov) / np.outer(scale, scale), Status.SUCCESS
+
+
+_compiled_rls = jax.jit(recursive_least_squares)
+
+
+def _consistent(plan: BenchmarkPlan, logs, ls):
+    """IDIM-LS's rows over the consistent standard parameters; the base values of the result."""
+    rows = regression_rows(logs, default_decimation(logs[0].sample_step, logs[0].cutoff_hz))
+    w, y = _stack(logs, plan.standard, rows)
+    sigma = np.maximum(np.asarray(ls.residual_std), 1e-12)
+    est = consistent_least_squares(w / sigma[None, :, None], y / sigma, plan.nominal, prior=jnp.asarray(plan.prior))
+    theta = np.asarray(plan.base.values(est.standard))[list(plan.columns)]
+    return theta, np.asarray(ls.covariance), int(est.status)
+
+
+def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> list[dict]:
+    """Rows ``{estimator, parameter, truth, estimate, std, status, seconds, heldout_rmse}`` of one trial
+    (``index`` into the simulated ``run``); IDIM-LS's time is its own, the others' exclude it."""
+    s = plan.setting
+    limits = s["estimator_trials"]
+    names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
+    out = {}
+    if run["status"][index] != Status.SUCCESS:
+        out = {e: (None, None, "sim_diverged", 0.0) for e in names}
+    else:
+        t0 = time.perf_counter()
+        try:
+            logs = [_filtered(plan, run, index)]
+            ls = idim_ls(logs, plan.regressor, plan.names)
+            ls_status = "ok"
+        except (ValueError, np.linalg.LinAlgError) as err:
+            ls, ls_status = None, _failure(err)
+        ls_seconds = time.perf_counter() - t0
+        for e in names:
+            if e == "idim_ls":
+                out[e] = (ls.value, ls.covariance, "ok", ls_seconds) if ls is not None else (None, None, ls_status, 0.0)
+                continue
+            if ls is None:
+                out[e] = (None, None, "start_" + ls_status, 0.0)
+                continue
+            t0 = time.perf_counter()
+            try:
+                value, cov, status = _estimate(e, plan, logs, ls)
+                label = _STATUS.get(status, f"status_{status}")
+            except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
+                value, cov, label = None, None, _failure(err)
+            out[e] = (value, cov, label, time.perf_counter() - t0)
+    rows = []
+    for e in names:
+        value, cov, status, seconds = out[e]
+        p = len(plan.names)
+        if value is None:
+            value, std = np.full(p, np.nan), np.full(p, np.nan)
+        else:
+            value = np.asarray(value, dtype=float)
+            std = np.sqrt(np.clip(np.diagonal(np.asarray(cov, dtype=float)), 0, None))
+            if status == "ok" and not (np.all(np.isfinite(value)) and np.all(np.isfinite(std))):
+                status = "nonfinite"
+        heldout = validation_rmse(plan, value) if status == "ok" else float("nan")
+        for j, name in enumerate(plan.names):
+            rows.append(
+                {
+                    "setting": s.name,
+                    "trial": trial,
+                    "estimator": e,
+                    "parameter": name,
+                    "truth": float(plan.truth[j]),
+                    "estimate": float(value[j]),
+                    "std": float(std[j]),
+                    "status": status,
+                    "seconds": seconds,
+                    "heldout_rmse": heldout,
+                }
+            )
+    return rows
+
+
+_STATUS = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations", int(Status.FAILED): "failed"}
+
+
+def _failure(err: Exception) -> str:
+    text = str(err)
+    if "rank" in text:
+        return "rank_deficient"
+    if "diverged" in text:
+        return "diverged"
+    if "singular" in text:
+        return "singular"
+    return "failed"
+
+
+def _estimate(name: str, plan: BenchmarkPlan, logs, ls):
+    """``(value, covariance, Status)`` of one estimator started from IDIM-LS (``ESTIMATOR_DOC``)."""
+    if name == "idim_iv":
+        est = idim_iv(logs, plan.regressor, plan.names, start=ls)
+    elif name == "output_error":
+        est = output_error(logs, plan.regressor, plan.names, start=ls)
+    elif name in ("ekf", "ukf"):
+        est = kalman_filter_fit(logs, plan.regressor, plan.names, start=ls, kind=name)
+    elif name == "rls":
+        return _rls(plan, logs, ls)
+    elif name == "idim_ls_consistent":
+        return _consistent(plan, logs, ls)
+    else:  # pragma: no cover - the config refuses other names
+        raise ValueError(f"unknown benchmark estimator {name!r}")
+    return est.value, est.covariance, Status.SUCCESS
