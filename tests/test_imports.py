@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "closed_loop",
     ),
     ("crlb", "estimators", "identification", "consistency"),
-    ("config", "study", "design", "fit", "benchmark"),
+    ("config", "study", "design", "trajectory_design", "fit", "benchmark"),
     ("report", "plots", "benchmark.report"),
     ("experiment", "cli", "__main__", "__init__"),
 )
