@@ -178,3 +178,21 @@ def test_bad_input_is_a_one_line_value_error(setup, options, message):
     with pytest.raises(ValueError, match=message) as info:
         design_trajectory(arm, **kwargs)
     assert "\n" not in str(info.value)
+
+
+# -- the paper's multisine on the two-link arm: line amplitudes against the linear bound ----------
+
+
+def test_line_amplitudes_keep_each_joints_power_and_lower_the_linear_bound():
+    import jaxid
+    from jaxid.design import design_line_amplitudes
+
+    excitation = jaxid.table2("split", scale=0.5)
+    design = design_line_amplitudes(jaxid.table1(), excitation, noise_std=0.01, steps=15)
+    power = np.sum(np.asarray(design.excitation.amplitudes) ** 2, axis=1)
+    np.testing.assert_allclose(power, np.sum(np.asarray(excitation.amplitudes) ** 2, axis=1), rtol=1e-12)
+    assert design.excitation.harmonics == excitation.harmonics
+    assert design.bound_end < 0.8 * design.bound_start
+    np.testing.assert_allclose(np.sum(np.square(design.relative_std_start)), design.bound_start, rtol=1e-12)
+    with pytest.raises(ValueError, match="noise_std must be positive"):
+        design_line_amplitudes(jaxid.table1(), excitation, noise_std=0.0)
