@@ -396,21 +396,17 @@ _GOOD = _BASE + _link("a") + _joint("j", "base", "a")
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        (_BASE + _link("a") + _joint("j", "base", "a", kind="floating"), ["joint 'j'", "'floating'", "use revolute"]),
+        (_BASE + _link("a") + _joint("j", "base", "a", kind="floating"), ["joint 'j'", "'floating'", "fixed_joints"]),
         (_BASE + _link("a") + _joint("j", "base", "a", kind="planar"), ["joint 'j'", "'planar'"]),
         (_BASE + _link("a") + _joint("j", "base", "a", kind="ball"), ["unknown joint type 'ball'"]),
-        (_BASE + '<link name="a"/>' + _joint("j", "base", "a"), ["link 'a'", "no <inertial>"]),
-        (_BASE + _link("a", mass=0.0) + _joint("j", "base", "a"), ["link 'a' <inertial> <mass>", "positive"]),
-        (_BASE + _link("a", mass=-1.0) + _joint("j", "base", "a"), ["<mass>", "positive"]),
-        (_BASE + _link("a", inertia=(0.1, -0.1, 0.1)) + _joint("j", "base", "a"), ["<inertia>", "semidefinite"]),
-        (_BASE + _link("a", inertia=(0.1, 0.1, 0.3)) + _joint("j", "base", "a"), ["<inertia>", "triangle"]),
+        (_BASE + _link("a", mass=-1.0) + _joint("j", "base", "a"), ["link 'a' <inertial> <mass>", "negative"]),
         (_BASE + _link("a") + _joint("j", "base", "a", axis="0 0 0"), ["joint 'j' <axis>", "zero"]),
         (_BASE + _link("a") + _joint("j", "base", "a", axis="0 x 1"), ["joint 'j' <axis>", "xyz="]),
         (_BASE + _link("a") + _joint("j", "base", "c"), ["joint 'j' <child>", "'c' is not defined"]),
         (_BASE + _link("a") + _joint("j", "base", "a", kind="fixed"), ["no revolute"]),
         (
             _BASE + _link("a") + _link("b") + _joint("j1", "base", "a") + _joint("j2", "base", "b"),
-            ["link 'base'", "branches", "'j1', 'j2'", "fixed_joints"],
+            ["link 'base'", "branches", "'j1'", "'j2'", "fixed_joints"],
         ),
         (
             _GOOD + _link("b") + _link("c") + _joint("k1", "b", "c") + _joint("k2", "c", "b"),
@@ -431,7 +427,9 @@ def test_parser_errors_are_one_line_and_name_the_file_and_element(tmp_path, body
 
 
 def test_panda_hand_branches_unless_the_fingers_are_locked():
-    with pytest.raises(ValueError, match="link 'panda_hand'.*'panda_finger_joint1', 'panda_finger_joint2'"):
+    with pytest.raises(
+        ValueError, match="link 'panda_hand'.*fixed_joints=\\('panda_finger_joint1', 'panda_finger_joint2'\\)"
+    ):
         parse_urdf(PANDA)
     with pytest.raises(ValueError, match="no joint named 'thumb'"):
         parse_urdf(PANDA, fixed_joints=("thumb",))

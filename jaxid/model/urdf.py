@@ -1,25 +1,32 @@
 """Serial arms from URDF files: ``load_arm(path) -> SerialArm``.
 
 Parsed with the standard library (``xml.etree.ElementTree``); ``<visual>``, ``<collision>``,
-``<transmission>``, ``<gazebo>`` and other elements are ignored (meshes are never read). What is read:
+``<transmission>``, ``<gazebo>``, ``<material>`` and other elements are ignored (meshes and
+``package://`` paths are never read). What is read:
 
-- the kinematic chain from the root link (the one link that is no joint's child), through
-  ``revolute``, ``continuous`` (a revolute joint without position limits), ``prismatic`` and
-  ``fixed`` joints: ``<origin xyz rpy>`` (the child frame in the parent frame; ``rpy`` fixed-axis
-  roll, pitch, yaw: ``R = Rz(yaw) Ry(pitch) Rx(roll)``), ``<axis xyz>`` (default ``1 0 0``, normalised),
-  ``<limit lower upper velocity effort>``, ``<dynamics damping friction>`` (viscous ``fv`` and
-  Coulomb ``fc`` friction);
+- the kinematic chain from the root link (the one link that is no joint's child; a ``world`` link
+  with a fixed joint to the base is such a root), through ``revolute``, ``continuous`` (a revolute
+  joint without position limits), ``prismatic`` and ``fixed`` joints, in any order in the file:
+  ``<origin xyz rpy>`` (the child frame in the parent frame; ``rpy`` fixed-axis roll, pitch, yaw:
+  ``R = Rz(yaw) Ry(pitch) Rx(roll)``), ``<axis xyz>`` (default ``1 0 0``; any non-zero length or
+  sign, normalised), ``<limit lower upper velocity effort>``, ``<dynamics damping friction>``
+  (viscous ``fv`` and Coulomb ``fc`` friction);
 - each link's ``<inertial>``: ``<mass>``, ``<origin xyz rpy>`` (centre of mass and inertial frame),
-  ``<inertia ixx ixy ixz iyy iyz izz>`` (tensor entries about the centre of mass, inertial frame).
+  ``<inertia ixx ixy ixz iyy iyz izz>`` (tensor entries about the centre of mass, inertial frame). A
+  link without ``<inertial>`` is massless.
 
-Fixed joints (and joints named in ``fixed_joints``, locked at position 0) fold their child into
-the parent body: transforms compose, and the child's mass, first moment and inertia are added
-about the body's frame origin (parallel-axis theorem), so branches that carry no moving joint (a
-hand, a camera, a tool frame) merge into the last moving link. The root link and whatever is fixed
-to it are the ground; their inertia is dropped. Two branches that carry moving joints make a tree,
-not a chain: a ``ValueError`` names the branching link (lock one branch with ``fixed_joints``).
+Fixed joints (and joints named in ``fixed_joints``, locked at position 0; a ``floating`` or
+``planar`` joint locked at its ``<origin>``) fold their child into the parent body: transforms
+compose, and the child's mass, first moment and inertia are added about the body's frame origin
+(parallel-axis theorem), so branches that carry no moving joint (a hand, a camera, a tool frame)
+merge into the last moving link. The root link and whatever is fixed to it are the ground; their
+inertia is dropped. Two branches that carry moving joints make a tree, not a chain: a ``ValueError``
+names the branching link, lists the branches and proposes a ``fixed_joints`` that leaves one.
 
-Every problem is a one-line ``ValueError`` that names the file, the element and what to change.
+Every problem is a one-line ``ValueError`` that names the file, the element and what to change
+(unexpanded xacro, unlocked floating/planar joints and moving ``<mimic>`` joints included). What is
+readable but physically odd (an inertia tensor no rigid body has, joints that move no mass) is read
+as given, with a one-line ``UrdfWarning``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
@@ -36,10 +44,17 @@ from jaxtyping import ArrayLike
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY
 from .serial import SerialArm
 
-__all__ = ["UrdfChain", "parse_urdf", "load_arm", "rpy_matrix"]
+__all__ = ["UrdfChain", "UrdfWarning", "parse_urdf", "load_arm", "rpy_matrix"]
 
 _MOVING = {"revolute": "revolute", "continuous": "revolute", "prismatic": "prismatic"}
 _UNSUPPORTED = ("floating", "planar")
+#: xacro elements that xacro's output may keep without harm (they change nothing jaxid reads).
+_XACRO_LEFTOVERS = ("property", "arg")
+
+
+class UrdfWarning(UserWarning):
+    """A URDF that is read as given but describes something no rigid body or no identification can have
+    (an impossible inertia tensor, joints that move no mass)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,25 +144,21 @@ class _Reader:
         return rpy_matrix(*rpy), xyz
 
 
-def _link_inertial(reader: _Reader, link, moving: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
+def _link_inertial(reader: _Reader, link) -> tuple[float, np.ndarray, np.ndarray, list[str]] | None:
     """A link's ``<inertial>``: mass [kg], centre of mass ``(3,)`` [m] and inertia about it ``(3, 3)``
-    [kg m²], both in the link frame (``None`` without ``<inertial>`` on a link no joint moves)."""
+    [kg m²], both in the link frame, and the problems of a tensor that no rigid body has (one line
+    each; warned, not refused). ``None`` without ``<inertial>`` (a massless link)."""
     name = link.get("name")
     inertial = link.find("inertial")
     where = f"link {name!r} <inertial>"
     if inertial is None:
-        if moving:
-            raise reader.fail(
-                f"link {name!r}",
-                "a link moved by a joint has no <inertial>; add <inertial> with <mass>, <origin> and <inertia>",
-            )
         return None
     mass_element = inertial.find("mass")
     if mass_element is None:
         raise reader.fail(where, "<mass value=...> is missing; add it [kg]")
     mass = reader.number(mass_element, "value", f"{where} <mass>")
-    if mass < 0 or (moving and mass <= 0):
-        raise reader.fail(f"{where} <mass>", f"mass {mass} must be positive; give the link's mass in kg")
+    if mass < 0:
+        raise reader.fail(f"{where} <mass>", f"mass {mass} is negative; give the link's mass in kg (0 for massless)")
     rot, com = reader.origin(inertial, where)
     tensor_element = inertial.find("inertia")
     if tensor_element is None:
@@ -157,19 +168,18 @@ def _link_inertial(reader: _Reader, link, moving: bool) -> tuple[float, np.ndarr
     tensor = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
     moments = np.linalg.eigvalsh(tensor)
     tol = 1e-9 * max(np.abs(moments).max(), 1e-300)
+    problems = []
     if moments[0] < -tol:
-        raise reader.fail(
-            f"{where} <inertia>",
-            f"the inertia tensor is not positive semidefinite (principal moments {moments.tolist()}); "
-            "give the tensor about the centre of mass",
+        problems.append(
+            f"{reader.source}: {where} <inertia>: the tensor is not positive semidefinite (principal moments "
+            f"{moments.tolist()}); read as given, but no rigid body has it: give the tensor about the centre of mass"
         )
-    if moments[0] + moments[1] < moments[2] - tol:
-        raise reader.fail(
-            f"{where} <inertia>",
-            f"the principal moments {moments.tolist()} violate the triangle inequality (each at most the sum of "
-            "the other two); give a physically realisable tensor",
+    elif moments[0] + moments[1] < moments[2] - tol:
+        problems.append(
+            f"{reader.source}: {where} <inertia>: the principal moments {moments.tolist()} violate the triangle "
+            "inequality (each at most the sum of the other two); read as given, but no rigid body has them"
         )
-    return mass, com, rot @ tensor @ rot.T
+    return mass, com, rot @ tensor @ rot.T, problems
 
 
 def _standard(mass: float, com: np.ndarray, tensor_com: np.ndarray) -> np.ndarray:
@@ -179,30 +189,63 @@ def _standard(mass: float, com: np.ndarray, tensor_com: np.ndarray) -> np.ndarra
     return np.array([mass, *(mass * com), i[0, 0], i[0, 1], i[0, 2], i[1, 1], i[1, 2], i[2, 2]])
 
 
+def _read_xml(reader: _Reader):
+    """The ``<robot>`` element, a default XML namespace removed; refuses unreadable XML and unexpanded
+    xacro (macros, includes, conditionals, ``${…}`` / ``$(…)`` expressions are xacro's to expand)."""
+    try:
+        root = ET.parse(reader.source).getroot()
+    except ET.ParseError as error:
+        hint = " (an undeclared xacro: prefix? expand the file with xacro first)" if "prefix" in str(error) else ""
+        raise reader.fail("XML", f"unreadable XML ({error}){hint}; fix the file's syntax") from None
+    except OSError as error:
+        raise reader.fail("file", f"cannot be read ({error.strerror}); give the path of a URDF file") from None
+    if root.tag.startswith("{") and root.tag.endswith("}robot"):
+        namespace = root.tag[: -len("robot")]
+        for element in root.iter():
+            if isinstance(element.tag, str) and element.tag.startswith(namespace):
+                element.tag = element.tag[len(namespace) :]
+    if root.tag != "robot":
+        raise reader.fail(f"<{root.tag}>", "the root element must be <robot>; give a URDF file")
+    for element in root.iter():
+        tag = element.tag if isinstance(element.tag, str) else ""
+        if tag.startswith("{") and "xacro" in tag and tag.rsplit("}", 1)[1] not in _XACRO_LEFTOVERS:
+            raise reader.fail(
+                f"<xacro:{tag.rsplit('}', 1)[1]}>",
+                "the file is an unexpanded xacro; expand it first (xacro robot.urdf.xacro > robot.urdf)",
+            )
+        for attribute, value in element.attrib.items():
+            if "${" in value or "$(" in value:
+                raise reader.fail(
+                    f"<{tag.rsplit('}', 1)[-1]} {attribute}={value!r}>",
+                    "an unexpanded xacro expression; expand the file first (xacro robot.urdf.xacro > robot.urdf)",
+                )
+    return root
+
+
 def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> UrdfChain:
     """Read the serial chain of a URDF file (see the module docstring for what is read).
 
     Args:
         path: the ``.urdf`` file.
         fixed_joints: names of joints to treat as fixed, locked at position 0 (e.g. a gripper's
-            fingers, so that a hand with two finger joints folds into the last link).
+            fingers, so that a hand with two finger joints folds into the last link; a ``floating`` or
+            ``planar`` joint at its ``<origin>``).
 
-    Raises ``ValueError`` (one line: file, element, what to change) for unreadable XML, a root that is
-    not ``<robot>``, a joint type other than revolute/continuous/prismatic/fixed (``floating``,
-    ``planar``), a joint naming an unknown link, a link that is the child of two joints, no single
-    root or a link not connected to it, a branch with moving joints on two sides, a ``<mimic>`` joint
-    in the chain, a moving link without ``<inertial>``, a non-positive mass, an inertia tensor that is
-    not positive semidefinite or violates the triangle inequality, a zero axis, negative damping or
-    friction, a non-numeric attribute, an unknown name in ``fixed_joints``, or no moving joint at all.
+    Raises ``ValueError`` (one line: file, element, what to change) for an unreadable file or XML, a root
+    that is not ``<robot>``, unexpanded xacro, an unlocked ``floating`` or ``planar`` joint or an unknown
+    joint type, a joint naming an unknown link, a link that is the child of two joints, no single root or
+    a link not connected to it, a branch with moving joints on two sides (the message lists the branches
+    and a ``fixed_joints`` that leaves one), a moving ``<mimic>`` joint, a negative mass, an
+    ``<inertial>`` without ``<mass>`` or ``<inertia>``, a zero axis, negative damping or friction, lower
+    limit above upper, a non-numeric attribute, an unknown name in ``fixed_joints``, or no moving joint.
+
+    Warns (``UrdfWarning``, one line each, the file read as given) for an inertia tensor of a moving
+    link that is not positive semidefinite or violates the triangle inequality, and for joints that move
+    no mass or inertia (the mass matrix is then singular and forward dynamics gives ``nan``).
     """
     source = os.fspath(path)
     reader = _Reader(source)
-    try:
-        root = ET.parse(source).getroot()
-    except ET.ParseError as error:
-        raise reader.fail("XML", f"unreadable XML ({error}); fix the file's syntax") from None
-    if root.tag != "robot":
-        raise reader.fail(f"<{root.tag}>", "the root element must be <robot>; give a URDF file")
+    root = _read_xml(reader)
     links = {}
     for link in root.findall("link"):
         name = link.get("name")
@@ -211,6 +254,10 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
         if name in links:
             raise reader.fail(f"link {name!r}", "the name is used twice; rename one")
         links[name] = link
+    if not links:
+        raise reader.fail(
+            "<robot>", "no <link>; give a URDF that describes the robot (expanded, if it came from xacro)"
+        )
     joints = {}
     parent_of: dict[str, str] = {}
     children: dict[str, list] = {name: [] for name in links}
@@ -222,13 +269,13 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
         if name in joints:
             raise reader.fail(where, "the name is used twice; rename one")
         kind = joint.get("type")
-        if kind in _UNSUPPORTED:
+        if kind in _UNSUPPORTED and name not in fixed_joints:
             raise reader.fail(
                 where,
-                f"joint type {kind!r} is not supported (a serial arm fixed to the ground); "
-                "use revolute, continuous, prismatic or fixed",
+                f"joint type {kind!r} is not supported (jaxid models an arm fixed to the ground); lock it at its "
+                f"<origin> with fixed_joints=({name!r},) or make it revolute, continuous, prismatic or fixed",
             )
-        if kind not in (*_MOVING, "fixed"):
+        if kind not in (*_MOVING, "fixed", *_UNSUPPORTED):
             raise reader.fail(where, f"unknown joint type {kind!r}; use revolute, continuous, prismatic or fixed")
         ends = []
         for tag in ("parent", "child"):
@@ -244,7 +291,9 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
         parent, child = ends
         if child in parent_of:
             raise reader.fail(
-                where, f"link {child!r} is already the child of joint {parent_of[child]!r}; a link has one parent"
+                where,
+                f"link {child!r} is already the child of joint {parent_of[child]!r}; a link has one parent "
+                "(jaxid reads trees, not closed loops)",
             )
         parent_of[child] = name
         joints[name] = joint
@@ -261,39 +310,58 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
     def moves(joint) -> bool:
         return joint.get("type") in _MOVING and joint.get("name") not in fixed_joints
 
-    carries: dict[str, bool] = {}
+    below: dict[str, list[str]] = {}
 
-    def carries_motion(link_name: str) -> bool:
-        if link_name not in carries:
-            carries[link_name] = False  # guards against cycles
-            carries[link_name] = any(
-                moves(j) or carries_motion(j.find("child").get("link")) for j in children[link_name]
-            )
-        return carries[link_name]
+    def moving_below(link_name: str) -> list[str]:
+        """The moving joints in the subtree of a link (depth first, file order)."""
+        if link_name not in below:
+            below[link_name] = []  # guards against cycles
+            found = []
+            for j in children[link_name]:
+                found += [j.get("name")] * moves(j) + moving_below(j.find("child").get("link"))
+            below[link_name] = found
+        return below[link_name]
+
+    def branches_of(link_name: str) -> list:
+        """``(joint, its moving joints and those below it)`` for each child joint that leads to motion."""
+        branches = [
+            (j, [j.get("name")] * moves(j) + moving_below(j.find("child").get("link"))) for j in children[link_name]
+        ]
+        return [(j, names) for j, names in branches if names]
+
+    def chain_locks(link_name: str) -> list[str]:
+        """Moving joints to lock in a link's subtree so that one chain is left: at each branching, the
+        branch with the most moving joints is kept (none when the largest are single joints alike, a
+        gripper's fingers)."""
+        branches = branches_of(link_name)
+        sizes = [len(names) for _, names in branches]
+        largest = max(sizes, default=0)
+        keep = -1 if largest == 1 and sizes.count(1) > 1 else sizes.index(largest) if sizes else -1
+        locks = []
+        for k, (joint, names) in enumerate(branches):
+            locks += chain_locks(joint.find("child").get("link")) if k == keep else names
+        return locks
 
     # Walk the tree: ``body`` is the index of the moving body the current link is fixed to (-1: ground),
     # ``(rot, pos)`` the link's frame in that body's frame.
     bodies: list[np.ndarray] = []
+    problems: list[str] = []
     chain = []
-    stack = [(roots[0], -1, np.eye(3), np.zeros(3), False)]
+    stack = [(roots[0], -1, np.eye(3), np.zeros(3))]
     visited = set()
     while stack:
-        link_name, body, rot, pos, moved = stack.pop()
+        link_name, body, rot, pos = stack.pop()
         if link_name in visited:
             raise reader.fail(f"link {link_name!r}", "the joints form a cycle; a URDF is a tree")
         visited.add(link_name)
-        found = _link_inertial(reader, links[link_name], moving=moved)
-        if found is not None and body >= 0:
-            mass, com, tensor_com = found
+        found = _link_inertial(reader, links[link_name]) if body >= 0 else None
+        if found is not None:
+            mass, com, tensor_com, tensor_problems = found
+            problems += tensor_problems
             bodies[body] = bodies[body] + _standard(mass, rot @ com + pos, rot @ tensor_com @ rot.T)
-        branches = [j for j in children[link_name] if moves(j) or carries_motion(j.find("child").get("link"))]
+        branches = branches_of(link_name)
         if len(branches) > 1:
-            names = ", ".join(repr(j.get("name")) for j in branches)
-            raise reader.fail(
-                f"link {link_name!r}",
-                f"the chain branches into joints {names} that lead to moving joints; jaxid models a serial chain: "
-                "lock all but one branch with fixed_joints=(...)",
-            )
+            raise reader.fail(f"link {link_name!r}", _branch_advice(branches, tuple(chain_locks(roots[0]))))
         for joint in children[link_name]:
             name = joint.get("name")
             where = f"joint {name!r}"
@@ -301,10 +369,15 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
             joint_rot, joint_pos = reader.origin(joint, where)
             child_rot, child_pos = rot @ joint_rot, rot @ joint_pos + pos
             if not moves(joint):
-                stack.append((child, body, child_rot, child_pos, False))
+                stack.append((child, body, child_rot, child_pos))
                 continue
-            if joint.find("mimic") is not None:
-                raise reader.fail(where, "a <mimic> joint in the chain is not supported; lock it with fixed_joints")
+            mimic = joint.find("mimic")
+            if mimic is not None:
+                raise reader.fail(
+                    where,
+                    f"it mimics joint {mimic.get('joint')!r} (<mimic>) and jaxid has no coupled joints; "
+                    f"lock it with fixed_joints=({name!r},)",
+                )
             axis = reader.numbers(joint.find("axis"), "xyz", 3, f"{where} <axis>", default=[1, 0, 0])
             norm = float(np.linalg.norm(axis))
             if not norm > 0:
@@ -338,17 +411,26 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
                 )
             )
             bodies.append(np.zeros(10))
-            stack.append((child, len(bodies) - 1, np.eye(3), np.zeros(3), True))
+            stack.append((child, len(bodies) - 1, np.eye(3), np.zeros(3)))
     unreached = sorted(set(links) - visited)
     if unreached:
         raise reader.fail(
             f"link {unreached[0]!r}", f"not connected to the root link {roots[0]!r}; connect it or remove it"
         )
     if not chain:
-        raise reader.fail("<robot>", "no revolute, continuous or prismatic joint; a serial arm needs one")
-    for entry, params in zip(chain, bodies, strict=True):
-        if not params[0] > 0:
-            raise reader.fail(f"link {entry['link']!r} <inertial> <mass>", "the moving body's mass must be positive")
+        raise reader.fail(
+            "<robot>", "no revolute, continuous or prismatic joint that is not locked; a serial arm needs one"
+        )
+    # A joint moves nothing when its body and every body beyond it are empty (a massless tail).
+    empty = [e["name"] for k, e in enumerate(chain) if not np.any(np.array(bodies[k:]))]
+    if empty:
+        problems.append(
+            f"{source}: joints {tuple(empty)} move no mass or inertia (no <inertial> with mass on their links or "
+            "beyond): the mass matrix is singular and forward dynamics gives nan; give those links <inertial> "
+            f"or lock the joints with fixed_joints={tuple(empty)}"
+        )
+    for problem in problems:
+        warnings.warn(problem, UrdfWarning, stacklevel=3)
     return UrdfChain(
         name=root.get("name", ""),
         joint_names=tuple(e["name"] for e in chain),
@@ -363,6 +445,16 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
         position_limits=np.array([e["limits"] for e in chain]),
         velocity_limits=np.array([e["velocity"] for e in chain]),
         effort_limits=np.array([e["effort"] for e in chain]),
+    )
+
+
+def _branch_advice(branches: list, locks: tuple[str, ...]) -> str:
+    """The branching message: each branch's first joint and how many moving joints it leads to, and the
+    ``fixed_joints`` of ``_chain_locks``."""
+    described = ", ".join(f"{j.get('name')!r} ({len(names)} moving)" for j, names in branches)
+    return (
+        f"the chain branches into {described}; jaxid models a serial chain: lock the joints of all but one "
+        f"branch, e.g. fixed_joints={locks}"
     )
 
 
