@@ -217,6 +217,12 @@ def parse_experiment(
             raise ConfigError(
                 f"{where}unknown top-level table [{key}]; use [experiment], [arm], [defaults] and [settings.<name>].{did_you_mean(key, tables)}"
             )
+    kind = raw.get("experiment", {}).get("kind", "study") if isinstance(raw.get("experiment"), dict) else "study"
+    if kind != "study":
+        raise ConfigError(
+            f"{where}experiment.kind = {kind!r}: this reader takes studies (kind = 'study'); a benchmark "
+            "(kind = 'benchmark') is read by jaxid.load_config or jaxid.benchmark.load_benchmark (`jaxid run` does it)."
+        )
     arm = None
     if "arm" in raw:
         if base_dir is None and source is not None:
@@ -238,11 +244,6 @@ def parse_experiment(
         if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
             kind = {int: "an integer", str: "a string", list: "a list"}[EXPERIMENT_KEYS[key]]
             raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
-    if exp.get("kind", "study") != "study":
-        raise ConfigError(
-            f'{where}experiment.kind = {exp["kind"]!r}: this reader takes studies (kind = "study"); a benchmark '
-            '(kind = "benchmark") is read by jaxid.load_config or jaxid.benchmark.load_benchmark (`jaxid run` does it).'
-        )
     trials = exp.get("trials", 100)
     chunk = exp.get("chunk", 256)
     for key in ("trials", "chunk", "full_trials"):

@@ -59,6 +59,7 @@ BENCHMARK_DEFAULTS: dict[str, Any] = {
     "true_coulomb": 0.0,  # [N m] Coulomb friction of the simulated arm (number or one per joint)
     "model_coulomb": True,  # whether the estimators' model has the Coulomb columns (false: a model error)
     "cutoff_hz": 10.0,  # [Hz] zero-phase filter of the angles and torque (jaxid.identification.filter_log)
+    "trim_s": 0.25,  # [s] dropped at each end of the filtered log (the filter's edge transients)
     "estimators": ["idim_ls", "idim_iv", "idim_ls_consistent"],
     "estimator_trials": {},  # {estimator = n}: run a slow estimator on the first n trials only
     "prior_error": 0.3,  # relative error of the prior (CAD) values the consistent fit is regularised towards
@@ -69,7 +70,7 @@ BENCHMARK_DEFAULTS: dict[str, Any] = {
 
 _CHOICES = {"excitation": EXCITATIONS, "controller": CONTROLLERS}
 _POSITIVE = ("period", "sample_step", "controller_frequency", "cutoff_hz")
-_NON_NEGATIVE = ("angle_std", "velocity_std", "torque_std", "prior_error")
+_NON_NEGATIVE = ("angle_std", "velocity_std", "torque_std", "prior_error", "trim_s")
 _COUNTS = ("harmonics", "measured_periods", "substeps")
 _SEEDS = ("trajectory_seed", "validation_seed")
 EXPERIMENT_KEYS = {
@@ -270,6 +271,11 @@ def _validate(v: dict, where: str, dof: int) -> dict:
         raise ConfigError(
             f"{where}.sample_step = {v['sample_step']:g} s does not divide the logged time {duration:g} s "
             "(period × measured_periods); choose a divisor."
+        )
+    if 2 * v["trim_s"] >= 0.5 * duration:
+        raise ConfigError(
+            f"{where}.trim_s = {v['trim_s']:g} s at each end leaves less than half of the logged {duration:g} s; "
+            "lower it or log more periods."
         )
     if v["cutoff_hz"] >= 0.5 / v["sample_step"]:
         raise ConfigError(

@@ -5,8 +5,9 @@
   std, failures, time) plus ``rmse_over_sqrt_crlb``;
 - ``estimators.csv`` / ``.md``: per setting × estimator: trials, ok trials, every status and its
   count, the median over parameters of RMSE/√CRLB and of the coverage, the held-out torque RMSE
-  (median over trials, beside the truth's: the model error floor), seconds per trial (median and
-  mean; the first trial of a process includes compiles);
+  (median over trials, beside the truth's: the model error floor), wall seconds per trial (median
+  and mean; the first trial of a process includes compiles) and the median process CPU seconds
+  (all threads: what the work costs whatever else the machine runs);
 - ``figures/rmse_over_crlb_<setting>.png``: RMSE/√CRLB per base parameter and estimator;
   ``figures/heldout_torque.png``: held-out torque RMSE per estimator and setting.
 """
@@ -88,6 +89,7 @@ def _estimators_table(trials: pd.DataFrame, summary: pd.DataFrame, extras: dict,
                 "heldout_truth": float(extras.get(setting, {}).get("heldout_truth_rmse", np.nan)),
                 "seconds_median": float(g["seconds"].median()),
                 "seconds_mean": float(g["seconds"].mean()),
+                "cpu_seconds_median": float(g["cpu_seconds"].median()) if "cpu_seconds" in g else np.nan,
                 "statuses": ", ".join(f"{k}: {v}" for k, v in counts.items()),
             }
         )

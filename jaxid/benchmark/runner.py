@@ -1,8 +1,8 @@
 """The benchmark runner: settings → chunks of trials → rows on disk, resumable.
 
 The run directory is the study runner's (``jaxid.study.files``): ``config.json``, ``manifest.json``
-(``complete`` once every chunk is on disk; per setting the seconds spent simulating, per estimator
-and in the plan, which holds the compiles), ``chunks/<setting>/extras.json`` (the Cramér–Rao bound,
+(``complete`` once every chunk is on disk; per setting the wall and CPU seconds spent in the plan,
+which holds most compiles, simulating, and per estimator), ``chunks/<setting>/extras.json`` (the Cramér–Rao bound,
 the held-out truth, the trajectory's limit ratios and condition number) and
 ``chunks/<setting>/<index>.parquet`` (each finished chunk, written atomically). A killed run given
 the same command again skips the chunks on disk; a finished run, or a run of another
@@ -75,9 +75,10 @@ def _run(exp: Benchmark, out: Path, digest: str, manifest_path: Path, progress: 
             bar.update(counts[s.name] - len(pending))
         if not pending and (chunk_dir / "extras.json").exists():
             continue
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan = make_plan(exp, s)
         info["plan_seconds"] += time.perf_counter() - t0
+        info["plan_cpu_seconds"] = info.get("plan_cpu_seconds", 0.0) + time.process_time() - c0
         info.update(trials=s.trials, chunks=counts[s.name], parameters=len(plan.names))
         extras = {
             "crlb": dict(zip(plan.names, np.sqrt(np.diag(plan.crlb)).tolist(), strict=True)),
@@ -90,16 +91,18 @@ def _run(exp: Benchmark, out: Path, digest: str, manifest_path: Path, progress: 
         for index in pending:
             start = index * exp.chunk
             trials = np.arange(start, min(start + exp.chunk, s.trials))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run = simulate_trials(plan, trials)
             info["simulate_seconds"] += time.perf_counter() - t0
+            info["simulate_cpu_seconds"] = info.get("simulate_cpu_seconds", 0.0) + time.process_time() - c0
             rows = []
             for k, trial in enumerate(trials):
                 rows.extend(run_estimators(plan, run, k, int(trial)))
             df = pd.DataFrame(rows)
             for name, g in df.groupby("estimator"):
-                seconds = info["estimator_seconds"]
-                seconds[name] = seconds.get(name, 0.0) + float(g.groupby("trial")["seconds"].first().sum())
+                for column, key in (("seconds", "estimator_seconds"), ("cpu_seconds", "estimator_cpu_seconds")):
+                    totals = info.setdefault(key, {})
+                    totals[name] = totals.get(name, 0.0) + float(g.groupby("trial")[column].first().sum())
             write_parquet(df, chunk_dir / f"{index:05d}.parquet")
             write_text(json.dumps(manifest, indent=2), manifest_path)
             if bar:

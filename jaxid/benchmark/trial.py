@@ -250,6 +250,7 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
     if held is not None:
         plan.validation = tuple(jnp.asarray(x) for x in held)
         plan.heldout_truth = validation_rmse(plan, plan.truth)
+        plan.info["validation_torque_rms"] = float(np.sqrt(np.mean(np.asarray(held[3]) ** 2)))
     return plan
 
 
@@ -275,7 +276,7 @@ def _filtered(plan: BenchmarkPlan, run: dict, index: int):
         (),
         int(run["t"].shape[1]),
     )
-    return filter_log(log, s["cutoff_hz"])
+    return filter_log(log, s["cutoff_hz"], trim_s=s["trim_s"])
 
 
 def _rls(plan: BenchmarkPlan, logs, ls):
@@ -308,40 +309,45 @@ def _consistent(plan: BenchmarkPlan, logs, ls):
 
 
 def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> list[dict]:
-    """Rows ``{estimator, parameter, truth, estimate, std, status, seconds, heldout_rmse}`` of one trial
-    (``index`` into the simulated ``run``); IDIM-LS's time is its own, the others' exclude it."""
+    """Rows ``{estimator, parameter, truth, estimate, std, status, seconds, cpu_seconds, heldout_rmse}`` of
+    one trial (``index`` into the simulated ``run``): wall and process CPU seconds (all threads) of each
+    estimator; IDIM-LS's time is its own, the others' exclude it (they start from it)."""
     s = plan.setting
     limits = s["estimator_trials"]
     names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
     out = {}
     if run["status"][index] != Status.SUCCESS:
-        out = {e: (None, None, "sim_diverged", 0.0) for e in names}
+        out = {e: (None, None, "sim_diverged", 0.0, 0.0) for e in names}
     else:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             logs = [_filtered(plan, run, index)]
             ls = idim_ls(logs, plan.regressor, plan.names)
             ls_status = "ok"
         except (ValueError, np.linalg.LinAlgError) as err:
             ls, ls_status = None, _failure(err)
-        ls_seconds = time.perf_counter() - t0
+        ls_seconds, ls_cpu = time.perf_counter() - t0, time.process_time() - c0
         for e in names:
             if e == "idim_ls":
-                out[e] = (ls.value, ls.covariance, "ok", ls_seconds) if ls is not None else (None, None, ls_status, 0.0)
+                out[e] = (
+                    (ls.value, ls.covariance, "ok", ls_seconds, ls_cpu)
+                    if ls is not None
+                    else (None, None, ls_status, 0.0, 0.0)
+                )
                 continue
             if ls is None:
-                out[e] = (None, None, "start_" + ls_status, 0.0)
+                out[e] = (None, None, "start_" + ls_status, 0.0, 0.0)
                 continue
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 value, cov, status = _estimate(e, plan, logs, ls)
                 label = _STATUS.get(status, f"status_{status}")
             except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
                 value, cov, label = None, None, _failure(err)
-            out[e] = (value, cov, label, time.perf_counter() - t0)
+            out[e] = (value, cov, label, time.perf_counter() - t0, time.process_time() - c0)
     rows = []
     for e in names:
-        value, cov, status, seconds = out[e]
+        value, cov, status, seconds, cpu = out[e]
         p = len(plan.names)
         if value is None:
             value, std = np.full(p, np.nan), np.full(p, np.nan)
@@ -363,6 +369,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                     "std": float(std[j]),
                     "status": status,
                     "seconds": seconds,
+                    "cpu_seconds": cpu,
                     "heldout_rmse": heldout,
                 }
             )
