@@ -174,8 +174,9 @@ def _true_accelerations(arm, q, qd, tau):
     return jax.vmap(arm.forward_dynamics)(q, qd, tau)
 
 
-def _noise_free(plan: BenchmarkPlan, reference, controller) -> tuple:
-    """``(q, q', q'', τ)`` of a noise-free run (same compiled program as the trials: zero noise stds)."""
+def _noise_free(plan: BenchmarkPlan, reference, controller) -> tuple | None:
+    """``(q, q', q'', τ)`` of a noise-free run (same compiled program as the trials: zero noise stds), or
+    ``None`` when it diverges."""
     silent = MeasurementNoise(0.0, 0.0, 0.0)
     run = simulate_trials(plan, np.zeros(1, dtype=np.int64), reference=reference, controller=controller, noise=silent)
     if run["status"][0] != Status.SUCCESS:
