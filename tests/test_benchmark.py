@@ -3,7 +3,8 @@ after an interruption, one-line config errors before anything is written, the Cr
 against the Monte Carlo spread of IDIM-LS on exact states, a diverging trial as a status.
 
 Every run uses the shipped two-joint URDF (``data/robots/two_link.urdf``) with the same period,
-sample step and harmonics, so the closed loop and the estimators compile once for the whole file;
+sample step and harmonics, so the closed loop and the estimators compile once for the whole file
+(the four tests that simulate are marked slow: ~50 s together, the compiles included);
 the shipped UR5 and Panda benchmarks are checked for parsing and a smoke setting here, and their
 results are committed under ``results/benchmark_<arm>/``.
 """
@@ -73,6 +74,7 @@ def smoke_run(tmp_path_factory):
     return out, code
 
 
+@pytest.mark.slow
 def test_smoke_through_the_cli(smoke_run):
     out, code = smoke_run
     assert code == 0
@@ -95,6 +97,7 @@ def test_smoke_through_the_cli(smoke_run):
         assert (out / f).exists(), f
 
 
+@pytest.mark.slow
 def test_report_rebuilds_the_tables(smoke_run, capsys):
     out, _ = smoke_run
     before = pd.read_csv(out / "estimators.csv")
@@ -103,6 +106,7 @@ def test_report_rebuilds_the_tables(smoke_run, capsys):
     assert "Rebuilt tables" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, smoke_run, monkeypatch):
     """A run killed in its second chunk keeps its first chunk; the same command finishes the rest and
     gives the uninterrupted run's rows (a trial depends on its own key only)."""
@@ -199,6 +203,7 @@ def _draws(shape, count):
     return np.random.default_rng(0).standard_normal((*shape, count))
 
 
+@pytest.mark.slow
 def test_a_diverging_trial_is_a_status(tmp_path):
     """A controller far too stiff for its 500 Hz hold (400 Hz natural frequency) makes every trial
     diverge: each row says so, no estimate is a silent NaN, and the tables count the failures."""
