@@ -407,3 +407,16 @@ def test_impossible_inertia_and_joints_moving_nothing_are_read_with_a_warning(tm
         warnings.simplefilter("error")
         arm = load_arm(_write(tmp_path, massless_middle))  # a massless link that moves a massive one is fine
     assert not np.any(arm.inertial[0]) and arm.inertial[1, 0] == 2.0
+
+
+def test_urdfdom_defaults_for_missing_limits_are_no_limits(tmp_path):
+    """``effort="0"`` (ROS-Industrial's way of not giving it), ``velocity="0"`` and ``lower == upper``
+    (urdfdom's defaults for missing values) are no limits; given values are kept."""
+    limits = '<limit effort="0" lower="0" upper="0" velocity="0"/>'
+    body = _ARM.replace('<axis xyz="0 1 0"/>', f'<axis xyz="0 1 0"/>{limits}')
+    body = body.replace(
+        '<axis xyz="0 0 1"/>', '<axis xyz="0 0 1"/><limit effort="50" lower="-1" upper="2" velocity="3"/>'
+    )
+    arm = load_arm(_write(tmp_path, body))
+    assert arm.position_limits == ((-1.0, 2.0), (-np.inf, np.inf))
+    assert arm.velocity_limits == (3.0, np.inf) and arm.effort_limits == (50.0, np.inf)

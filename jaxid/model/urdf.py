@@ -9,7 +9,8 @@ Parsed with the standard library (``xml.etree.ElementTree``); ``<visual>``, ``<c
   joint without position limits), ``prismatic`` and ``fixed`` joints, in any order in the file:
   ``<origin xyz rpy>`` (the child frame in the parent frame; ``rpy`` fixed-axis roll, pitch, yaw:
   ``R = Rz(yaw) Ry(pitch) Rx(roll)``), ``<axis xyz>`` (default ``1 0 0``; any non-zero length or
-  sign, normalised), ``<limit lower upper velocity effort>``, ``<dynamics damping friction>``
+  sign, normalised), ``<limit lower upper velocity effort>`` (``lower == upper``, a velocity or effort of 0:
+  urdfdom's defaults for missing values, read as no limit), ``<dynamics damping friction>``
   (viscous ``fv`` and Coulomb ``fc`` friction);
 - each link's ``<inertial>``: ``<mass>``, ``<origin xyz rpy>`` (centre of mass and inertial frame),
   ``<inertia ixx ixy ixz iyy iyz izz>`` (tensor entries about the centre of mass, inertial frame). A
@@ -390,6 +391,11 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
             upper = inf if continuous else reader.number(limit, "upper", f"{where} <limit>", inf)
             if lower > upper:
                 raise reader.fail(f"{where} <limit>", f"lower {lower} exceeds upper {upper}; swap them")
+            if lower == upper:  # urdfdom's default for missing bounds (0, 0): no range given
+                lower, upper = -inf, inf
+            # urdfdom's default for a missing velocity or effort is 0 (ROS-Industrial files write effort="0"):
+            # not a limit, none given.
+            velocity, effort = (reader.number(limit, key, f"{where} <limit>", inf) for key in ("velocity", "effort"))
             dynamics = joint.find("dynamics")
             damping = reader.number(dynamics, "damping", f"{where} <dynamics>", 0.0)
             friction = reader.number(dynamics, "friction", f"{where} <dynamics>", 0.0)
@@ -406,8 +412,8 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
                     damping=damping,
                     friction=friction,
                     limits=(lower, upper),
-                    velocity=reader.number(limit, "velocity", f"{where} <limit>", inf),
-                    effort=reader.number(limit, "effort", f"{where} <limit>", inf),
+                    velocity=velocity if velocity > 0 else inf,
+                    effort=effort if effort > 0 else inf,
                 )
             )
             bodies.append(np.zeros(10))
