@@ -48,6 +48,13 @@ PANDA = ROOT / "data" / "robots" / "panda.urdf"
 FINGERS = ("panda_finger_joint1", "panda_finger_joint2")
 
 
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "results" / "excitation_design")
@@ -251,6 +258,12 @@ def main(argv=None) -> int:
         f"Monte Carlo: {table.loc['condition', 'mc_trace'] / table.loc['bound', 'mc_trace']:.2f}× lower relative MSE.",
         f"- Ranking by Monte Carlo: {' < '.join(table['mc_trace'].sort_values().index)} "
         f"(by the bound: {' < '.join(b.sort_values().index)}).",
+        *(
+            f"- {k} design, criterion at each of its {len(v.end_values)} starts → at its optimum (design samples): "
+            + ", ".join(f"{a:.4g} → {b:.4g}" for a, b in zip(v.start_values, v.end_values, strict=True))
+            + "."
+            for k, v in designs.items()
+        ),
         f"- Wall time: designs {sum(x.seconds for x in designs.values()):.0f} s, random-draw bounds {t_draws:.0f} s, "
         f"Monte Carlo {t_mc:.0f} s, total {seconds:.0f} s.",
     ]
@@ -263,7 +276,8 @@ def main(argv=None) -> int:
     except (OSError, subprocess.CalledProcessError):
         revision = "unknown"
     manifest = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _relative(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "starts": {k: {"start": list(v.start_values), "end": list(v.end_values)} for k, v in designs.items()},
         "base_parameters": base.rank,
         "git_revision": revision,
         "versions": {"jax": jax.__version__, "python": platform.python_version()},
