@@ -26,7 +26,8 @@ from jaxid.trajectory_design import (
     relative_bound_trace,
 )
 
-ROBOTS = Path(__file__).resolve().parent.parent / "data" / "robots"
+ROOT = Path(__file__).resolve().parent.parent
+ROBOTS = ROOT / "data" / "robots"
 SAMPLES = 32
 PERIODS = 3
 NOISE = np.array([0.2, 0.05])  # N m, per joint
@@ -196,3 +197,16 @@ def test_line_amplitudes_keep_each_joints_power_and_lower_the_linear_bound():
     np.testing.assert_allclose(np.sum(np.square(design.relative_std_start)), design.bound_start, rtol=1e-12)
     with pytest.raises(ValueError, match="noise_std must be positive"):
         design_line_amplitudes(jaxid.table1(), excitation, noise_std=0.0)
+
+
+def test_readme_example_runs(capsys, monkeypatch):
+    import re
+
+    monkeypatch.chdir(ROOT)  # the example's paths are relative to the repository root
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Excitation designed by gradient\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README excitation design", "exec"), namespace)
+    design = namespace["design"]
+    assert design.bound_end < design.bound_start
+    assert max(float(r) for r in design.limit_ratios) == pytest.approx(0.9, rel=1e-9)
