@@ -210,3 +210,30 @@ def test_readme_example_runs(capsys, monkeypatch):
     design = namespace["design"]
     assert design.bound_end < design.bound_start
     assert max(float(r) for r in design.limit_ratios) == pytest.approx(0.9, rel=1e-9)
+
+
+def test_design_meets_binding_position_limits_off_the_middle(setup):
+    """Position limits that bind, a start whose offsets are away from the middle of the range."""
+    arm, base, _ = setup
+    margin = 0.85
+    limits = JointLimits(
+        jnp.array([[-0.3, 0.5], [-0.2, 0.2]]), jnp.array([5.0, 5.0]), jnp.array([50.0, 50.0]), jnp.full(2, jnp.inf)
+    )
+    start = random_fourier_trajectory(limits, 2, 5.0, key=jax.random.key(7), margin=margin)
+    start = FourierTrajectory(start.offset + 0.3 * margin * limits.half_range, start.a, start.b, start.period)
+    design = design_trajectory(
+        arm,
+        harmonics=2,
+        period=5.0,
+        noise_std=NOISE,
+        limits=limits,
+        start=start,
+        steps=20,
+        samples=SAMPLES,
+        margin=margin,
+    )
+    dense = check_limits(design.trajectory, limits, samples=8192)
+    assert float(dense.position) <= margin * (1 + 1e-5)
+    assert float(design.limit_ratios.position) == pytest.approx(margin, rel=1e-9)
+    assert float(jnp.max(jnp.abs(design.trajectory.offset - limits.middle))) > 1e-3  # the offset path is used
+    assert design.bound_end < design.bound_start
