@@ -298,9 +298,9 @@ def _write(tmp_path, body, root='<robot name="t">'):
     return path
 
 
-def _one_line_error(path, *words, fixed_joints=()):
+def _one_line_error(path, *words, fixed_joints=(), read=parse_urdf):
     with pytest.raises(ValueError) as info:
-        parse_urdf(path, fixed_joints=fixed_joints)
+        read(path, fixed_joints=fixed_joints)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(path)), message
     for word in words:
@@ -420,3 +420,87 @@ def test_urdfdom_defaults_for_missing_limits_are_no_limits(tmp_path):
     arm = load_arm(_write(tmp_path, body))
     assert arm.position_limits == ((-1.0, 2.0), (-np.inf, np.inf))
     assert arm.velocity_limits == (3.0, np.inf) and arm.effort_limits == (50.0, np.inf)
+
+
+# -- MJCF (read through MuJoCo's compiler) ------------------------------------------------------------
+
+_MJCF = """<mujoco model="mjcf_arm">
+  <compiler angle="degree" eulerseq="zyx"/>
+  <option gravity="0.3 -0.2 -9.7"/>
+  <default>
+    <joint damping="0.4" armature="0.02" frictionloss="0.1"/>
+    <default class="wrist"><joint axis="0 1 1" damping="0.2" armature="0.01" range="-120 120"/></default>
+  </default>
+  <worldbody>
+    <body name="pedestal" pos="0 0 0.2"><inertial pos="0 0 0" mass="9" diaginertia="1 1 1"/>
+      <body name="shoulder" pos="0.05 0 0.3" euler="10 -20 30">
+        <joint name="j1" axis="0 0 1" pos="0.02 -0.01 0.05" ref="15"/>
+        <inertial pos="0.01 0.02 0.1" quat="0.9 0.1 -0.2 0.3" mass="3.2" diaginertia="0.05 0.04 0.03"/>
+        <body name="upper" pos="0 0.1 0.2" axisangle="1 1 0 40">
+          <joint name="j2a" axis="1 0 0" pos="0 0 0.03" range="-90 90"/>
+          <joint name="j2b" axis="0 1 0" pos="0.01 0.02 0" ref="-25"/>
+          <inertial pos="0 0 0.15" mass="2.1" fullinertia="0.06 0.05 0.02 0.001 -0.002 0.003"/>
+          <body name="cover" pos="0.05 0 0.1" xyaxes="0 1 0 -1 0 0">
+            <inertial pos="0.01 0 0" mass="0.4" diaginertia="0.002 0.003 0.004"/>
+          </body>
+          <body name="slider" pos="0 0 0.3" zaxis="0.2 0.3 1">
+            <joint name="j3" type="slide" axis="0.3 0 1" ref="0.05" range="-0.2 0.2" stiffness="0"/>
+            <inertial pos="0.02 0 0.05" mass="1.2" diaginertia="0.01 0.012 0.008"/>
+            <body name="hand" pos="0.1 0 0.1" childclass="wrist">
+              <joint name="j4" pos="0 0.01 0.02"/>
+              <inertial pos="0 0 0.04" quat="0.7 0 0.7 0" mass="0.6" diaginertia="0.004 0.003 0.002"/>
+              <geom type="box" size="0.02 0.02 0.02" mass="0"/>
+            </body>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="j1" gear="100"/></actuator>
+</mujoco>
+"""
+
+
+def test_an_mjcf_file_matches_mujoco(tmp_path):
+    """Anchors off the body origin, reference positions (``ref``), two hinges in one body, a slide,
+    degrees and ``eulerseq``, ``euler``/``axisangle``/``xyaxes``/``zaxis``, ``fullinertia`` and rotated
+    ``diaginertia``, defaults classes and ``childclass``, a welded body with mass, file gravity and armature."""
+    path = tmp_path / "arm.xml"
+    path.write_text(_MJCF)
+    arm = load_arm(path)
+    assert arm.joint_names == ("j1", "j2a", "j2b", "j3", "j4")
+    assert arm.joint_types == ("revolute", "revolute", "revolute", "prismatic", "revolute")
+    np.testing.assert_allclose(arm.viscous, [0.4, 0.4, 0.4, 0.4, 0.2])
+    np.testing.assert_allclose(arm.coulomb, [0.1] * 5)
+    np.testing.assert_allclose(arm.armature, [0.02, 0.02, 0.02, 0.02, 0.01])
+    np.testing.assert_allclose(arm.gravity, [0.3, -0.2, -9.7])
+    np.testing.assert_allclose(arm.position_limits[1], np.radians([-90, 90]))
+    model = mujoco.MjModel.from_xml_path(str(path))
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    assert np.all(compare(arm, model, 0) < TOLERANCE)
+    # the reference positions matter: without them the comparison fails
+    model.qpos0[:] = 0.0
+    assert np.max(compare(arm, model, 0)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            ('pos="0 0 0.2">', 'pos="0 0 0.2"><freejoint name="free"/>'),
+            ["joint 'free'", "free joint", "fixed_joints"],
+        ),
+        (('type="slide" axis="0.3 0 1" ref="0.05" range="-0.2 0.2"', 'type="ball"'), ["joint 'j3'", "ball joint"]),
+        (('stiffness="0"', 'stiffness="5"'), ["joint 'j3'", "stiffness 5.0", "spring"]),
+        (("</worldbody>", '</worldbody><equality><joint joint1="j2a" joint2="j4"/></equality>'), ["couples", "'j2a'"]),
+        (
+            ('<body name="cover"', '<body name="finger"><joint name="f"/><geom size="0.01"/></body><body name="cover"'),
+            ["body 'upper'", "branches", "fixed_joints=('f',)"],
+        ),
+        (('axis="0 0 1" pos', 'axis="0 0 1" bogus="1" pos'), ["MuJoCo cannot compile it", "bogus"]),
+    ],
+)
+def test_mjcf_refusals_are_one_line(tmp_path, change, words):
+    path = tmp_path / "arm.xml"
+    path.write_text(_MJCF.replace(*change))
+    _one_line_error(path, *words, read=load_arm)

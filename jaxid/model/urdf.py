@@ -1,4 +1,5 @@
-"""Serial arms from URDF files: ``load_arm(path) -> SerialArm``.
+"""Serial arms from URDF files: ``load_arm(path) -> SerialArm`` (MJCF files too, through
+``jaxid.model.mjcf``).
 
 Parsed with the standard library (``xml.etree.ElementTree``); ``<visual>``, ``<collision>``,
 ``<transmission>``, ``<gazebo>``, ``<material>`` and other elements are ignored (meshes and
@@ -32,7 +33,6 @@ as given, with a one-line ``UrdfWarning``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import warnings
@@ -42,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike
 
+from .chain import UrdfChain, _standard
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY
 from .serial import SerialArm
 
@@ -56,38 +57,6 @@ _XACRO_LEFTOVERS = ("property", "arg")
 class UrdfWarning(UserWarning):
     """A URDF that is read as given but describes something no rigid body or no identification can have
     (an impossible inertia tensor, joints that move no mass)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class UrdfChain:
-    """The serial chain read from a URDF, in joint order (``n`` moving joints; numpy arrays).
-
-    Attributes:
-        name: the robot's name.
-        joint_names, link_names: the moving joints and the link each one moves.
-        joint_types: ``"revolute"`` (revolute or continuous) or ``"prismatic"``.
-        axes: ``(n, 3)`` unit joint axes in the link frame.
-        parent_rotations: ``(n, 3, 3)``, parent_translations: ``(n, 3)`` [m]: link ``i``'s frame at
-            ``q_i = 0`` in the frame of the previous moving link (or of the root), fixed joints composed.
-        inertial: ``(n, 10)`` standard parameters of each moving body (the link plus what is fixed to
-            it) about its frame origin: ``[m, m cx, m cy, m cz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz]``.
-        damping, friction: ``(n,)`` viscous [N m s/rad] and Coulomb [N m] friction.
-        position_limits: ``(n, 2)``; velocity_limits, effort_limits: ``(n,)`` (``inf`` when absent).
-    """
-
-    name: str
-    joint_names: tuple[str, ...]
-    link_names: tuple[str, ...]
-    joint_types: tuple[str, ...]
-    axes: np.ndarray
-    parent_rotations: np.ndarray
-    parent_translations: np.ndarray
-    inertial: np.ndarray
-    damping: np.ndarray
-    friction: np.ndarray
-    position_limits: np.ndarray
-    velocity_limits: np.ndarray
-    effort_limits: np.ndarray
 
 
 def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
@@ -183,13 +152,6 @@ def _link_inertial(reader: _Reader, link) -> tuple[float, np.ndarray, np.ndarray
     return mass, com, rot @ tensor @ rot.T, problems
 
 
-def _standard(mass: float, com: np.ndarray, tensor_com: np.ndarray) -> np.ndarray:
-    """``[m, m c, Ī]`` about the frame origin from mass, centre of mass and inertia about the centre of
-    mass (parallel-axis theorem: ``Ī = I_c + m (|c|² 1 − c cᵀ)``)."""
-    i = tensor_com + mass * (com @ com * np.eye(3) - np.outer(com, com))
-    return np.array([mass, *(mass * com), i[0, 0], i[0, 1], i[0, 2], i[1, 1], i[1, 2], i[2, 2]])
-
-
 def _read_xml(reader: _Reader):
     """The ``<robot>`` element, a default XML namespace removed; refuses unreadable XML and unexpanded
     xacro (macros, includes, conditionals, ``${…}`` / ``$(…)`` expressions are xacro's to expand)."""
@@ -205,6 +167,8 @@ def _read_xml(reader: _Reader):
         for element in root.iter():
             if isinstance(element.tag, str) and element.tag.startswith(namespace):
                 element.tag = element.tag[len(namespace) :]
+    if root.tag == "mujoco":
+        raise reader.fail("<mujoco>", "an MJCF file, not a URDF; read it with load_arm (through MuJoCo)")
     if root.tag != "robot":
         raise reader.fail(f"<{root.tag}>", "the root element must be <robot>; give a URDF file")
     for element in root.iter():
@@ -468,17 +432,28 @@ def load_arm(
     path: str | os.PathLike,
     *,
     fixed_joints: Sequence[str] = (),
-    armature: ArrayLike = 0.0,
+    armature: ArrayLike | None = None,
     offset: ArrayLike = 0.0,
-    gravity: ArrayLike = (0.0, 0.0, -GRAVITY),
+    gravity: ArrayLike | None = None,
     coulomb_slope: float = DEFAULT_COULOMB_SLOPE,
 ) -> SerialArm:
-    """The ``SerialArm`` of a URDF file: geometry, inertial parameters, ``<dynamics damping>`` as viscous
-    and ``friction`` as Coulomb friction, the limits; ``armature`` [kg m²] and ``offset`` [N m] (not in
-    URDF) scalars or ``(n,)``. ``fixed_joints``: see ``parse_urdf``. Raises ``ValueError`` as
-    ``parse_urdf`` does. Host-side: call it outside ``jit``.
+    """The ``SerialArm`` of a URDF file, or of an MJCF file (root ``<mujoco>``, read through MuJoCo:
+    ``jaxid.model.mjcf``): geometry, inertial parameters, damping as viscous and friction (URDF
+    ``<dynamics friction>``, MJCF ``frictionloss``) as Coulomb friction, the limits.
+
+    ``armature`` [kg m²] and ``offset`` [N m]: scalars or ``(n,)``; ``armature`` defaults to the file's
+    (MJCF ``armature``; URDF has none: 0). ``gravity`` [m/s²] in the root frame defaults to the file's
+    (MJCF ``<option gravity>``; URDF has none: ``(0, 0, −9.81)``). ``fixed_joints``: see ``parse_urdf``
+    (MJCF: locked at their reference position ``qpos0``). Raises ``ValueError`` as ``parse_urdf`` (or
+    ``parse_mjcf``) does. Host-side: call it outside ``jit``.
     """
-    chain = parse_urdf(path, fixed_joints=fixed_joints)
+    file_armature, file_gravity = 0.0, (0.0, 0.0, -GRAVITY)
+    if _is_mjcf(path):
+        from .mjcf import parse_mjcf
+
+        chain, file_armature, file_gravity = parse_mjcf(path, fixed_joints=fixed_joints)
+    else:
+        chain = parse_urdf(path, fixed_joints=fixed_joints)
     return SerialArm(
         chain.joint_types,
         chain.axes,
@@ -487,9 +462,9 @@ def load_arm(
         chain.inertial,
         viscous=chain.damping,
         coulomb=chain.friction,
-        armature=armature,
+        armature=file_armature if armature is None else armature,
         offset=offset,
-        gravity=gravity,
+        gravity=file_gravity if gravity is None else gravity,
         coulomb_slope=coulomb_slope,
         joint_names=chain.joint_names,
         link_names=chain.link_names,
@@ -497,3 +472,13 @@ def load_arm(
         velocity_limits=chain.velocity_limits,
         effort_limits=chain.effort_limits,
     )
+
+
+def _is_mjcf(path: str | os.PathLike) -> bool:
+    """Whether a file's root element is ``<mujoco>`` (read up to the first element only)."""
+    try:
+        for _, element in ET.iterparse(os.fspath(path), events=("start",)):
+            return element.tag == "mujoco"
+    except (ET.ParseError, OSError):
+        return False  # parse_urdf reports it
+    return False
