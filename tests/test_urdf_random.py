@@ -383,8 +383,12 @@ def test_unsupported_and_broken_files_are_one_line_errors(tmp_path, body, root, 
 def test_a_default_namespace_and_leftover_xacro_properties_are_read(tmp_path):
     plain = load_arm(_write(tmp_path, _ARM))
     leftovers = '<xacro:property name="pi" value="3.14159"/><xacro:arg name="prefix" default=""/>'
+    # expressions where jaxid never reads: a mesh path, a gazebo reference
+    mesh = '<visual><geometry><mesh filename="$(find robot)/meshes/a.stl"/></geometry></visual></link>'
+    leftovers += '<gazebo reference="${prefix}a"><mu1>0.2</mu1></gazebo>'
+    body = leftovers + _ARM.replace("</inertial></link>", "</inertial>" + mesh, 1)
     root = '<robot name="t" xmlns="http://www.ros.org" xmlns:xacro="http://www.ros.org/wiki/xacro">'
-    other = load_arm(_write(tmp_path, leftovers + _ARM, root))
+    other = load_arm(_write(tmp_path, body, root))
     assert other.joint_names == plain.joint_names
     np.testing.assert_array_equal(other.inertial, plain.inertial)
     assert other.parent_rotations == plain.parent_rotations

@@ -178,10 +178,19 @@ def _read_xml(reader: _Reader):
                 f"<xacro:{tag.rsplit('}', 1)[1]}>",
                 "the file is an unexpanded xacro; expand it first (xacro robot.urdf.xacro > robot.urdf)",
             )
+    # xacro expressions where jaxid reads (a mesh path or a gazebo parameter is never read)
+    read = []
+    for link in root.findall("link"):
+        read.append(link)
+        for inertial in link.findall("inertial"):
+            read += [inertial, *inertial]
+    for joint in root.findall("joint"):
+        read += [joint, *joint]
+    for element in read:
         for attribute, value in element.attrib.items():
             if "${" in value or "$(" in value:
                 raise reader.fail(
-                    f"<{tag.rsplit('}', 1)[-1]} {attribute}={value!r}>",
+                    f"<{element.tag} {attribute}={value!r}>",
                     "an unexpanded xacro expression; expand the file first (xacro robot.urdf.xacro > robot.urdf)",
                 )
     return root
