@@ -25,7 +25,11 @@ holds the three pieces and the simulator that joins them:
   ``simulate_closed_loop_batch`` (a batch of arms and noise keys, chunked and sharded over the local
   devices): fixed-step RK4 (``jaxid.integrate.rk4_step``, the one RK4 step) on the state
   ``(q, q')`` of the true arm, accelerations from its ``forward_dynamics`` (Cholesky of
-  ``jaxid.linalg``, no LAPACK). The result is a ``ClosedLoopRecord``: what a robot logs (time,
+  ``jaxid.linalg``, no LAPACK). A ``SerialArm`` takes the fast path (``fast_path``): the same
+  dynamics written out on scalars (``jaxid.model.unrolled``), the state carried as ``2 n`` scalars
+  (under ``vmap`` contiguous ``(B,)`` vectors), so that a batched step is elementwise arithmetic
+  along the batch instead of many tiny batched 6×6 products; it equals the generic path to
+  round-off (``tests/test_unrolled.py``). The result is a ``ClosedLoopRecord``: what a robot logs (time,
   measured angles and velocities, commanded and measured torque, the reference) and a status.
 
 Control timing (``control=``):
@@ -70,10 +74,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
 
-from .integrate import rk4_step, sincos
+from .integrate import rk4_step, sincos, sincos_parts, sincos_quadrant
 from .linalg import cholesky, solve_triangular
+from .model import unrolled
 from .model.interface import AbstractArm
 from .model.serial import SerialArm
+from .trajectory import _unreachable
 from .types import Status, any_traced, compiled_when_concrete, require_float64
 
 __all__ = [
@@ -636,6 +642,71 @@ class ClosedLoopRecord(eqx.Module):
 # -- simulation ----------------------------------------------------------------------------------
 
 
+def fast_path(arm: AbstractArm) -> bool:
+    """Whether the simulator integrates ``arm`` by the unrolled scalar dynamics
+    (``jaxid.model.unrolled``): every ``SerialArm``. Other arms (``TwoLinkArm``) take their own
+    ``forward_dynamics`` on ``(n,)`` vectors."""
+    return isinstance(arm, SerialArm)
+
+
+class _Generic:
+    """The state as ``(q, q')`` of ``(n,)`` arrays; accelerations from ``arm.forward_dynamics``."""
+
+    def __init__(self, arm: AbstractArm):
+        self.arm = arm
+
+    def state(self, y0: Array):
+        return (y0[0], y0[1])
+
+    def stacked(self, y) -> tuple[Array, Array]:
+        return y
+
+    def rates(self, y, tau, pred):
+        return y[1], self.arm.forward_dynamics(y[0], y[1], tau)
+
+
+class _Unrolled:
+    """A ``SerialArm``'s state as ``(q, q')`` of ``n``-tuples of scalars (under ``vmap`` ``2 n``
+    contiguous ``(B,)`` vectors) and its accelerations from ``jaxid.model.unrolled``.
+
+    Two ``lax.cond`` on an always-true unbatched ``pred`` (as ``jaxid.trajectory.fast_rates``) make
+    XLA materialise, once per RK4 stage, the sine/cosine kernels of the revolute joints' angles and
+    the accelerations; without them XLA's CPU fusion recomputes those producers inside each consumer.
+    """
+
+    def __init__(self, arm: SerialArm):
+        self.n = arm.dof
+        self.geometry = unrolled.joint_geometry(arm)
+        self.params = unrolled.split_parameters(arm)  # once per trial, outside the time loop
+        self.slope = arm.coulomb_slope
+        self.revolute = tuple(i for i, g in enumerate(self.geometry) if g.revolute)
+
+    def state(self, y0: Array):
+        return tuple(y0[0, i] for i in range(self.n)), tuple(y0[1, i] for i in range(self.n))
+
+    def stacked(self, y) -> tuple[Array, Array]:
+        return jnp.stack(y[0]), jnp.stack(y[1])
+
+    def _parts(self, angles):
+        return tuple(sincos_parts(a) for a in angles)
+
+    def _accelerations(self, q, qd, tau, sin, cos):
+        return tuple(unrolled.forward_dynamics(self.geometry, self.params, self.slope, q, qd, tau, sin, cos))
+
+    def rates(self, y, tau, pred):
+        q, qd = y
+        n = self.n
+        parts = jax.lax.cond(pred, self._parts, _unreachable(self._parts), tuple(q[i] for i in self.revolute))
+        sin, cos = [0.0] * n, [1.0] * n
+        for i, p in zip(self.revolute, parts, strict=True):
+            sin[i], cos[i] = sincos_quadrant(*p)
+        taus = tuple(tau[i] for i in range(n))
+        acc = jax.lax.cond(
+            pred, self._accelerations, _unreachable(self._accelerations), q, qd, taus, tuple(sin), tuple(cos)
+        )
+        return qd, acc
+
+
 def _stage_times(t: Array, h: float) -> Float[Array, "3"]:
     # ``rk4_step`` feeds row i of its stage input to the rates at t, t + h/2, t + h; the closed loop
     # passes those stage times and its rates compute the controller's torque at them.
@@ -655,6 +726,7 @@ def _closed_loop(
     sample_step: float,
     substeps: int,
     control: str,
+    unrolled: bool = True,
 ) -> ClosedLoopRecord:
     """One trial (unbatched, traceable): see ``simulate_closed_loop``. The command is always clipped at
     ``± limits.effort`` (``inf``: not clipped; ``saturate=False`` passes ``inf``)."""
@@ -667,6 +739,7 @@ def _closed_loop(
         noises = measurement_noise(noise, key, samples, n)
     middle, bound = limits.middle, DIVERGENCE_FACTOR * limits.half_range
     effort = limits.effort
+    dynamics = _Unrolled(arm) if unrolled and fast_path(arm) else _Generic(arm)
 
     def command(t, q, qd, r):
         # The controller's torque at t from the state (q, q') and the reference r = (q, q', q'')_ref(t),
@@ -683,31 +756,34 @@ def _closed_loop(
     def step(carry, xs):
         y, ok, count = carry
         k, noise_q, noise_qd, noise_tau = xs
+        pred = k >= 0  # always true, unbatched: the materialisation barrier of the unrolled path
         t = k * sample_step
         r = reference.evaluate(t)
-        q_measured, qd_measured = y[0] + noise_q, y[1] + noise_qd
+        q_true, qd_true = dynamics.stacked(y)
+        q_measured, qd_measured = q_true + noise_q, qd_true + noise_qd
         if control == "hold":
             tau, clipped = command(t, q_measured, qd_measured, r)
 
             def rates(state, stage):
-                return state[1], arm.forward_dynamics(state[0], state[1], tau)
+                return dynamics.rates(state, tau, pred)
 
         else:
-            tau, clipped = command(t, y[0], y[1], r)
+            tau, clipped = command(t, q_true, qd_true, r)
 
             def rates(state, ts):
-                tau_stage = command(ts, state[0], state[1], reference.evaluate(ts))[0]
-                return state[1], arm.forward_dynamics(state[0], state[1], tau_stage)
+                tau_stage = command(ts, *dynamics.stacked(state), reference.evaluate(ts))[0]
+                return dynamics.rates(state, tau_stage, pred)
 
         y_next = advance(y, t, rates)
-        inside = jnp.all(jnp.abs(y_next[0] - middle) <= bound) & jnp.all(jnp.isfinite(y_next[1]))
+        q_next, qd_next = dynamics.stacked(y_next)
+        inside = jnp.all(jnp.abs(q_next - middle) <= bound) & jnp.all(jnp.isfinite(qd_next))
         out = (q_measured, qd_measured, tau, tau + noise_tau, *r)
         return (y_next, ok & inside, count + clipped.astype(jnp.int32)), out
 
-    y0 = (initial_state[0], initial_state[1])
-    ok0 = jnp.all(jnp.abs(y0[0] - middle) <= bound) & jnp.all(jnp.isfinite(y0[1]))
+    ok0 = jnp.all(jnp.abs(initial_state[0] - middle) <= bound) & jnp.all(jnp.isfinite(initial_state[1]))
     xs = (jnp.arange(samples), *noises)
-    (_, ok, count), out = jax.lax.scan(step, (y0, ok0, jnp.zeros((n,), dtype=jnp.int32)), xs)
+    carry0 = (dynamics.state(initial_state), ok0, jnp.zeros((n,), dtype=jnp.int32))
+    (_, ok, count), out = jax.lax.scan(step, carry0, xs)
     q, qd, tau_command, tau, q_ref, qd_ref, qdd_ref = out
     status = jnp.where(ok, Status.SUCCESS, Status.DIVERGED).astype(jnp.int32)
     return ClosedLoopRecord(

@@ -11,16 +11,28 @@ Both step the same RK4 (MuJoCo ``mjINT_RK4``; jaxid ``rk4_step``, one step per s
 step, torque held over each step, contacts and joint limits off (MuJoCo ``mjDSBL_CONSTRAINT``). The
 jaxid closed-loop run itself (controller in the loop) is timed as well.
 
-Reported: compile time (apart), run time (best of ``--repeats``, the three runs alternating),
-trajectories/s and steps/s, the ratio jaxid/MuJoCo (best against best, and the median of the
-per-repeat ratios), and the accuracy beside it: the largest difference of the joint angles and
-velocities between the two over the horizon and at its end, and between jaxid's open-loop replay
-of trial 0 and the closed-loop run it replays (the same discrete dynamics). Writes nothing.
+The same integrator work on both sides: four evaluations of the forward dynamics per step (MuJoCo:
+kinematics, composite rigid body mass matrix, its LDLᵀ factorisation and recursive Newton–Euler
+bias forces at each RK4 stage; jaxid: recursive Newton–Euler bias forces, composite rigid body mass
+matrix and a Cholesky solve), the same URDF dynamics (MuJoCo reads the URDF's joint ``damping``, jaxid
+its viscous friction; armature zero in both; MuJoCo's friction loss and jaxid's Coulomb friction
+zero, though jaxid still evaluates its smooth sign), float64 both, one step per sample. MuJoCo's
+rollout has no controller in the loop, so the ratio is taken on the open-loop replay; the jaxid
+closed-loop run (PD with the model's feed-forward, whose reference terms are shared by the batch)
+is reported beside it.
+
+Reported: compile time (apart: first call minus the median run; MuJoCo's is its warm-up), run time
+(median of ``--repeats``, the three runs alternating, so a change of the shared machine's load hits
+all of them), trajectories/s and steps/s, **the speed ratio jaxid/MuJoCo as the median of the
+per-repeat ratios** (with their range), and the accuracy beside it: the largest difference of the
+joint angles and velocities between the two over the horizon and at its end, and between jaxid's
+open-loop replay of trial 0 and the closed-loop run it replays (the same discrete dynamics). Writes
+nothing.
 
 On a CPU jaxid splits the batch over the cores exposed as XLA host devices (set below, before jax is
 imported); MuJoCo's rollout gets one ``MjData`` per thread (``nthread = os.cpu_count()``).
 
-    python scripts/bench_closed_loop.py                          # batch 1024, 0.5 s at 1 kHz
+    python scripts/bench_closed_loop.py                          # batch 1024, 0.5 s at 1 kHz, 5 repeats
     python scripts/bench_closed_loop.py --batch 64 --duration 0.2 --repeats 1
 """
 
@@ -49,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--devices", type=int, default=None, help="XLA host devices (default: CPU count)")
     p.add_argument("--threads", type=int, default=None, help="MuJoCo threads (default: CPU count)")
     p.add_argument("--chunk-size", type=int, default=256, help="jaxid trials per vmap on a device")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -182,8 +194,9 @@ def main(argv=None):
             run()
             times[name].append(time.perf_counter() - t0)
     mujoco_name = list(runs)[-1]
-    rows = [(name, max(first[name] - min(t), 0.0), min(t)) for name, t in times.items()]
-    median_ratio = {name: float(np.median(np.asarray(times[mujoco_name]) / np.asarray(t))) for name, t in times.items()}
+    median = {name: float(np.median(t)) for name, t in times.items()}
+    rows = [(name, max(first[name] - median[name], 0.0), median[name]) for name in runs]
+    ratios = {name: np.asarray(times[mujoco_name]) / np.asarray(t) for name, t in times.items()}
     replay, state = outputs[list(runs)[0]], outputs[mujoco_name]
 
     # Accuracy: MuJoCo's state k is after step k + 1, jaxid's sample k at t_k. Trials that left the
@@ -200,18 +213,18 @@ def main(argv=None):
     )
     drift = float(np.max(np.abs(q[ok] - np.asarray(closed.q_reference)[None])))
 
-    mujoco_rate = batch / rows[-1][2]
     print()
-    print(f"{'':40s} {'compile s':>9s} {'run s':>8s} {'traj/s':>9s} {'steps/s':>10s} {'vs MuJoCo':>9s} {'median':>7s}")
+    print(f"{'':40s} {'compile s':>9s} {'run s':>8s} {'traj/s':>9s} {'steps/s':>10s} {'vs MuJoCo':>9s} {'range':>13s}")
     for name, compile_s, run_s in rows:
         rate = batch / run_s
+        r = ratios[name]
         print(
-            f"{name:40s} {compile_s:9.2f} {run_s:8.3f} {rate:9.1f} {rate * steps:10.3g} {rate / mujoco_rate:8.2f}x "
-            f"{median_ratio[name]:6.2f}x"
+            f"{name:40s} {compile_s:9.2f} {run_s:8.3f} {rate:9.1f} {rate * steps:10.3g} {np.median(r):8.2f}x "
+            f"{r.min():5.2f}-{r.max():5.2f}x"
         )
     print(
-        f"(best of {args.repeats} alternating repeats; median: of the per-repeat ratios; "
-        "compile: first call minus best run, MuJoCo's is its warm-up)"
+        f"(run s, traj/s: median of {args.repeats} alternating repeats; vs MuJoCo: median of the per-repeat "
+        "speed ratios, range: their smallest and largest; compile: first call minus the median run)"
     )
     print()
     print(
@@ -222,6 +235,11 @@ def main(argv=None):
     print(f"jaxid open-loop replay of trial 0 vs the closed-loop run it replays: {replay_vs_closed:.2e}")
     print(f"largest distance from the reference in the open-loop batch: {drift:.2e} rad")
     print(f"load average {os.getloadavg()[0]:.1f}")
+    replay_name, closed_name = list(runs)[:2]
+    print(
+        f"\nSUMMARY jaxid/MuJoCo speed (median of {args.repeats}): open loop {np.median(ratios[replay_name]):.2f}x, "
+        f"closed loop {np.median(ratios[closed_name]):.2f}x; agreement {diff_q.max():.1e} rad, {diff_qd.max():.1e} rad/s"
+    )
     return rows
 
 

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxid"
 #: Layers from the bottom up; names are relative to ``jaxid`` ("__init__" is the package itself).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_platform", "types", "linalg", "phasors"),
-    ("model", "model.urdf", "model.serial", "excitation"),
+    ("model", "model.urdf", "model.serial", "model.unrolled", "excitation"),
     ("linearisation",),
     (
         "integrate",

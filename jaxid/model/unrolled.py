@@ -1,0 +1,375 @@
+"""``SerialArm`` dynamics written out joint by joint on scalars: the fast path of batched simulation.
+
+The generic ``SerialArm`` methods work on ``(n,)`` joint vectors with 6×6 Plücker matrices. Under
+``vmap`` every one of those small matrix products becomes a batched ``dot`` of its own (the batch as
+the leading axis, a few multiply-adds per call), which dominated the batched closed-loop simulator.
+Here the same mathematics is written for **one trial on scalars**: every joint quantity is a tuple
+of 0-d arrays, spatial vectors are pairs of 3-vectors, transforms are a 3×3 rotation and a
+translation, and the loops over joints, rows and columns are unrolled at trace time. Under ``vmap``
+each scalar becomes a contiguous ``(B,)`` vector and the whole step is elementwise arithmetic that
+XLA fuses and vectorises along the batch. The static geometry is folded in as Python floats, so a
+product with a zero entry is never emitted and a unit entry costs nothing (a URDF's joint axes and
+quarter-turn frames are mostly zeros and ones; entries within ``4 eps`` of ``0`` or ``±1`` in the
+rotations, e.g. ``cos(π/2) = 6e-17``, are taken as exact).
+
+What is computed, per call (Featherstone 2008, motion ``(ω, v)``, force ``(n, f)``; the transform
+from a parent to link ``i`` is ``(E_i, r_i)``: ``X (ω, v) = (E ω, E (v − r × ω))``,
+``Xᵀ (n, f) = (Eᵀ n + r × Eᵀ f, Eᵀ f)``):
+
+- ``forward_dynamics``: the bias forces ``C q' + G`` by recursive Newton–Euler at ``q'' = 0``, the
+  mass matrix by the composite rigid body algorithm (composite inertias kept as 10 standard
+  parameters, moved to the parent frame by the parallel-axis rule), armature on its diagonal, the
+  friction and offset of ``SerialArm``, then an unrolled Cholesky solve. The same algorithms as
+  ``SerialArm.forward_dynamics`` in another arithmetic order: the two agree to round-off
+  (``tests/test_unrolled.py``: 1e-12 relative).
+- ``inverse_dynamics``: recursive Newton–Euler plus armature, friction and offset.
+
+Both take the arm's leaves already split into scalars (``split_parameters``, done once per trial
+outside a time loop so that the loop carries ``(B,)`` vectors) and the sines and cosines of the
+revolute joints' angles, so a caller can compute them once per stage and materialise them. Pure,
+``jit``/``vmap``/``grad``-compatible; no LAPACK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+__all__ = ["UnrolledParameters", "split_parameters", "joint_geometry", "forward_dynamics", "inverse_dynamics"]
+
+Term = Array | float
+Vec = tuple[Term, Term, Term]
+Mat = tuple[Vec, Vec, Vec]
+
+_SNAP = 4 * float(np.finfo(float).eps)
+_TWO_OVER_PI = 2 / np.pi
+
+
+# -- trace-time algebra on terms (a Python float is a compile-time constant) ---------------------
+
+
+def _snap(x: float) -> float:
+    x = float(x)
+    for exact in (0.0, 1.0, -1.0):
+        if abs(x - exact) <= _SNAP:
+            return exact
+    return x
+
+
+def _mul(a: Term, b: Term) -> Term:
+    if isinstance(b, float) and not isinstance(a, float):
+        a, b = b, a
+    if isinstance(a, float):
+        if a == 0.0:
+            return 0.0
+        if isinstance(b, float):
+            return a * b
+        if a == 1.0:
+            return b
+        if a == -1.0:
+            return -b
+    return a * b
+
+
+def _sum(terms: Sequence[Term]) -> Term:
+    const, out = 0.0, None
+    for t in terms:
+        if isinstance(t, float):
+            const += t
+        else:
+            out = t if out is None else out + t
+    if out is None:
+        return const
+    return out if const == 0.0 else out + const
+
+
+def _neg(a: Term) -> Term:
+    return -a
+
+
+def _add(u: Vec, v: Vec) -> Vec:
+    return tuple(_sum((a, b)) for a, b in zip(u, v, strict=True))
+
+
+def _sub(u: Vec, v: Vec) -> Vec:
+    return tuple(_sum((a, _neg(b))) for a, b in zip(u, v, strict=True))
+
+
+def _scale(s: Term, v: Vec) -> Vec:
+    return tuple(_mul(s, a) for a in v)
+
+
+def _dot(u: Sequence[Term], v: Sequence[Term]) -> Term:
+    return _sum([_mul(a, b) for a, b in zip(u, v, strict=True)])
+
+
+def _cross(u: Vec, v: Vec) -> Vec:
+    return (
+        _sum((_mul(u[1], v[2]), _neg(_mul(u[2], v[1])))),
+        _sum((_mul(u[2], v[0]), _neg(_mul(u[0], v[2])))),
+        _sum((_mul(u[0], v[1]), _neg(_mul(u[1], v[0])))),
+    )
+
+
+def _matvec(m: Mat, v: Vec) -> Vec:
+    return tuple(_dot(row, v) for row in m)
+
+
+def _tmatvec(m: Mat, v: Vec) -> Vec:
+    """``mᵀ v``."""
+    return tuple(_dot((m[0][k], m[1][k], m[2][k]), v) for k in range(3))
+
+
+_ZERO: Vec = (0.0, 0.0, 0.0)
+
+
+# -- geometry and parameters ---------------------------------------------------------------------
+
+
+class _JointGeometry(NamedTuple):
+    """Constants of one joint as Python floats. Revolute: ``E(q) = e0 + cos q ec + sin q es``,
+    ``r`` fixed; prismatic: ``E = e0``, ``r(q) = r + q rq``. ``axis``: the joint axis in the link frame."""
+
+    revolute: bool
+    axis: Vec
+    e0: Mat
+    ec: Mat
+    es: Mat
+    r: Vec
+    rq: Vec
+
+
+def _floats(m) -> tuple:
+    return tuple(tuple(_snap(x) for x in row) for row in np.asarray(m))
+
+
+def joint_geometry(arm) -> tuple[_JointGeometry, ...]:
+    """The static geometry of a ``SerialArm`` as trace-time constants (one entry per joint)."""
+    out = []
+    for kind, axis, rotation, origin in zip(
+        arm.joint_types, arm.axes, arm.parent_rotations, arm.parent_translations, strict=True
+    ):
+        a, tree_r, p = np.asarray(axis, dtype=float), np.asarray(rotation, dtype=float), np.asarray(origin)
+        outer = np.outer(a, a)
+        skew = np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]])
+        r = tuple(float(x) for x in p)
+        if kind == "revolute":
+            # E = Rot(a, q)ᵀ R_treeᵀ = (a aᵀ + cos q (1 − a aᵀ) − sin q [a]×) R_treeᵀ.
+            e0, ec, es = outer @ tree_r.T, (np.eye(3) - outer) @ tree_r.T, -skew @ tree_r.T
+            out.append(
+                _JointGeometry(True, tuple(_snap(x) for x in a), _floats(e0), _floats(ec), _floats(es), r, _ZERO)
+            )
+        else:
+            zero = np.zeros((3, 3))
+            rq = tuple(_snap(x) for x in tree_r @ a)
+            geometry = _JointGeometry(
+                False, tuple(_snap(x) for x in a), _floats(tree_r.T), _floats(zero), _floats(zero), r, rq
+            )
+            out.append(geometry)
+    return tuple(out)
+
+
+class UnrolledParameters(NamedTuple):
+    """A ``SerialArm``'s leaves split into scalars (0-d arrays; ``(B,)`` vectors under ``vmap``).
+
+    ``links[i] = (m, h, Ī)`` with ``h = (mx, my, mz)`` and ``Ī`` the symmetric 3×3 inertia about the
+    link origin; ``armature``, ``viscous``, ``coulomb``, ``offset``: ``n``-tuples; ``gravity``: 3-tuple.
+    """
+
+    links: tuple[tuple[Term, Vec, Mat], ...]
+    armature: tuple[Term, ...]
+    viscous: tuple[Term, ...]
+    coulomb: tuple[Term, ...]
+    offset: tuple[Term, ...]
+    gravity: Vec
+
+
+def split_parameters(arm) -> UnrolledParameters:
+    """The leaves of one (unbatched) ``SerialArm`` as scalars (``UnrolledParameters``)."""
+    n = arm.dof
+    links = []
+    for i in range(n):
+        p = [arm.inertial[i, k] for k in range(10)]
+        ixx, ixy, ixz, iyy, iyz, izz = p[4:]
+        links.append((p[0], (p[1], p[2], p[3]), ((ixx, ixy, ixz), (ixy, iyy, iyz), (ixz, iyz, izz))))
+
+    def per_joint(x):
+        return tuple(x[i] for i in range(n))
+
+    return UnrolledParameters(
+        tuple(links),
+        per_joint(arm.armature),
+        per_joint(arm.viscous),
+        per_joint(arm.coulomb),
+        per_joint(arm.offset),
+        tuple(arm.gravity[k] for k in range(3)),
+    )
+
+
+def _transforms(geometry, q, sin, cos) -> list[tuple[Mat, Vec]]:
+    out = []
+    for i, g in enumerate(geometry):
+        if g.revolute:
+            e = tuple(
+                tuple(_sum((g.e0[k][m], _mul(g.ec[k][m], cos[i]), _mul(g.es[k][m], sin[i]))) for m in range(3))
+                for k in range(3)
+            )
+            out.append((e, g.r))
+        else:
+            out.append((g.e0, tuple(_sum((g.r[k], _mul(g.rq[k], q[i]))) for k in range(3))))
+    return out
+
+
+def _inertia_times(link, omega: Vec, v: Vec) -> tuple[Vec, Vec]:
+    """Spatial inertia ``(m, h, Ī)`` times the motion ``(ω, v)``: ``(Ī ω + h × v, m v − h × ω)``."""
+    m, h, inertia = link
+    return _add(_matvec(inertia, omega), _cross(h, v)), _sub(_scale(m, v), _cross(h, omega))
+
+
+def _force_to_parent(e: Mat, r: Vec, n: Vec, f: Vec) -> tuple[Vec, Vec]:
+    """``Xᵀ (n, f) = (Eᵀ n + r × Eᵀ f, Eᵀ f)``."""
+    ft = _tmatvec(e, f)
+    return _add(_tmatvec(e, n), _cross(r, ft)), ft
+
+
+def _rnea(geometry, transforms, params: UnrolledParameters, qd, qdd) -> list[Term]:
+    """Rigid-body joint forces by recursive Newton–Euler; ``qdd=None``: ``q'' = 0``."""
+    omega, vel = _ZERO, _ZERO
+    alpha, acc = _ZERO, tuple(_neg(g) for g in params.gravity)  # gravity as a base acceleration
+    forces = []
+    for i, (g, (e, r)) in enumerate(zip(geometry, transforms, strict=True)):
+        # Parent velocity and acceleration in link coordinates: X (ω, v) = (E ω, E (v − r × ω)).
+        omega, vel = _matvec(e, omega), _matvec(e, _sub(vel, _cross(r, omega)))
+        alpha, acc = _matvec(e, alpha), _matvec(e, _sub(acc, _cross(r, alpha)))
+        joint = _scale(qd[i], g.axis)  # S q'
+        if g.revolute:
+            omega = _add(omega, joint)
+            if qdd is not None:
+                alpha = _add(alpha, _scale(qdd[i], g.axis))
+            # (ω, v) × (S q') with S q' = (a q', 0).
+            alpha, acc = _add(alpha, _cross(omega, joint)), _add(acc, _cross(vel, joint))
+        else:
+            vel = _add(vel, joint)
+            if qdd is not None:
+                acc = _add(acc, _scale(qdd[i], g.axis))
+            acc = _add(acc, _cross(omega, joint))  # (ω, v) × (0, a q') = (0, ω × a q')
+        n_a, f_a = _inertia_times(params.links[i], alpha, acc)
+        n_v, f_v = _inertia_times(params.links[i], omega, vel)
+        # I a + (ω, v) ×* I v, with (ω, v) ×* (n, f) = (ω × n + v × f, ω × f).
+        force = (_add(n_a, _add(_cross(omega, n_v), _cross(vel, f_v))), _add(f_a, _cross(omega, f_v)))
+        forces.append(force)
+    tau = [None] * len(geometry)
+    child = None
+    for i in range(len(geometry) - 1, -1, -1):
+        n_i, f_i = forces[i] if child is None else (_add(forces[i][0], child[0]), _add(forces[i][1], child[1]))
+        tau[i] = _dot(geometry[i].axis, n_i if geometry[i].revolute else f_i)
+        child = _force_to_parent(*transforms[i], n_i, f_i)
+    return tau
+
+
+def _inertia_to_parent(link, e: Mat, r: Vec):
+    """The rigid-body inertia ``(m, h, Ī)`` of a link expressed about its parent's origin in parent
+    coordinates: ``h' = Eᵀ h + m r``, ``Ī' = Eᵀ Ī E + 2 (r·hr) 1 + m |r|² 1 − hr rᵀ − r hrᵀ − m r rᵀ``
+    (``hr = Eᵀ h``; the parallel-axis rule ``I_O = I_P − [r]×[hr]× − [hr]×[r]× − m [r]×[r]×``)."""
+    m, h, inertia = link
+    hr = _tmatvec(e, h)
+    ie = tuple(tuple(_dot(inertia[k], (e[0][c], e[1][c], e[2][c])) for c in range(3)) for k in range(3))  # Ī E
+    rotated = {
+        (k, c): _dot((e[0][k], e[1][k], e[2][k]), (ie[0][c], ie[1][c], ie[2][c])) for k in range(3) for c in range(k, 3)
+    }
+    diag = _sum((_mul(2.0, _dot(r, hr)), _mul(_dot(r, r), m)))
+    out = {}
+    for k in range(3):
+        for c in range(k, 3):
+            terms = [rotated[(k, c)], _neg(_mul(hr[k], r[c])), _neg(_mul(r[k], hr[c])), _neg(_mul(r[k] * r[c], m))]
+            if k == c:
+                terms.append(diag)
+            out[(k, c)] = _sum(terms)
+    shifted = tuple(tuple(out[(min(k, c), max(k, c))] for c in range(3)) for k in range(3))
+    return m, _add(hr, _scale(m, r)), shifted
+
+
+def _add_inertia(a, b):
+    return _sum((a[0], b[0])), _add(a[1], b[1]), tuple(_add(x, y) for x, y in zip(a[2], b[2], strict=True))
+
+
+def _mass_matrix(geometry, transforms, params: UnrolledParameters) -> list[list[Term]]:
+    """Rigid-body mass matrix (lower triangle ``h[i][j]``, ``j ≤ i``) by the composite rigid body algorithm."""
+    n = len(geometry)
+    composite = list(params.links)
+    for i in range(n - 1, 0, -1):
+        composite[i - 1] = _add_inertia(composite[i - 1], _inertia_to_parent(composite[i], *transforms[i]))
+    h = [[None] * n for _ in range(n)]
+    for j in range(n):
+        a = geometry[j].axis
+        if geometry[j].revolute:
+            force = _inertia_times(composite[j], a, _ZERO)
+        else:
+            force = _inertia_times(composite[j], _ZERO, a)
+        for i in range(j, -1, -1):
+            if i < j:
+                force = _force_to_parent(*transforms[i + 1], *force)
+            h[j][i] = _dot(geometry[i].axis, force[0] if geometry[i].revolute else force[1])
+    return h
+
+
+def _friction(params: UnrolledParameters, qd, slope: float) -> list[Term]:
+    return [
+        params.viscous[i] * qd[i] + params.coulomb[i] * _TWO_OVER_PI * jnp.arctan(slope * qd[i]) for i in range(len(qd))
+    ]
+
+
+def _cholesky_solve(h: list[list[Term]], b: list[Term]) -> list[Term]:
+    """``x`` with ``H x = b`` (``h`` the lower triangle) by an unrolled Cholesky factorisation; a
+    matrix that is not positive definite gives ``nan`` (as ``jaxid.linalg.cholesky``)."""
+    n = len(b)
+    low = [[None] * n for _ in range(n)]
+    inv = [None] * n
+    for j in range(n):
+        d = _sum([h[j][j], *(_neg(low[j][k] * low[j][k]) for k in range(j))])
+        diag = jnp.sqrt(d)
+        inv[j] = 1.0 / diag
+        low[j][j] = diag
+        for i in range(j + 1, n):
+            low[i][j] = _sum([h[i][j], *(_neg(low[i][k] * low[j][k]) for k in range(j))]) * inv[j]
+    y = [None] * n
+    for i in range(n):
+        y[i] = _sum([b[i], *(_neg(low[i][k] * y[k]) for k in range(i))]) * inv[i]
+    x = [None] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = _sum([y[i], *(_neg(low[k][i] * x[k]) for k in range(i + 1, n))]) * inv[i]
+    return x
+
+
+def forward_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, tau, sin, cos) -> list[Term]:
+    """``q''`` of ``SerialArm.forward_dynamics`` for one trial, on scalars.
+
+    Args:
+        geometry: ``joint_geometry(arm)``; params: ``split_parameters(arm)``; slope: ``arm.coulomb_slope``.
+        q, qd, tau: ``n`` scalars each [rad or m, rad/s or m/s, N m or N].
+        sin, cos: ``n`` scalars, ``sin q_i`` and ``cos q_i`` (used for revolute joints only).
+
+    Returns ``n`` scalars [rad/s² or m/s²].
+    """
+    transforms = _transforms(geometry, q, sin, cos)
+    bias = _rnea(geometry, transforms, params, qd, None)
+    h = _mass_matrix(geometry, transforms, params)
+    n = len(geometry)
+    for i in range(n):
+        h[i][i] = _sum((h[i][i], params.armature[i]))
+    friction = _friction(params, qd, slope)
+    rhs = [tau[i] - params.offset[i] - bias[i] - friction[i] for i in range(n)]
+    return _cholesky_solve(h, rhs)
+
+
+def inverse_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, qdd, sin, cos) -> list[Term]:
+    """The torque reading of ``SerialArm.inverse_dynamics`` for one trial, on scalars (arguments as
+    ``forward_dynamics``, ``qdd`` the accelerations); returns ``n`` scalars [N m or N]."""
+    transforms = _transforms(geometry, q, sin, cos)
+    rigid = _rnea(geometry, transforms, params, qd, qdd)
+    friction = _friction(params, qd, slope)
+    return [rigid[i] + params.armature[i] * qdd[i] + friction[i] + params.offset[i] for i in range(len(geometry))]
