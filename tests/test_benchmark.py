@@ -223,3 +223,19 @@ def test_shipped_benchmarks_parse_with_a_smoke_setting(path):
     exp = load_benchmark(path)
     assert exp.setting("smoke").trials <= 3
     assert {s.name for s in exp.select(None).settings} >= {"consistency_rich", "consistency_poor"}
+
+
+@pytest.mark.slow
+def test_a_designed_excitation_lowers_the_bound(tmp_path):
+    """``excitation = "bound"`` goes through ``jaxid.trajectory_design``: the plan's reference is the
+    designed one (inside the limits) and the Cramér–Rao bound of its closed-loop run is lower than the
+    random reference's (trace, two-joint arm: 1.5e-5 against 7.4e-6 when written)."""
+    from jaxid.benchmark import make_plan
+
+    traces = {}
+    for excitation in ("random", "bound"):
+        exp = load_config(write_config(tmp_path / f"{excitation}.toml", extra=f'excitation = "{excitation}"'))
+        plan = make_plan(exp, exp.settings[0])
+        assert max(plan.info["limit_ratios"].values()) <= 0.9 + 1e-3
+        traces[excitation] = np.trace(plan.crlb)
+    assert traces["bound"] < 0.75 * traces["random"], traces
