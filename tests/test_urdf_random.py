@@ -301,6 +301,12 @@ _ARM = (
 )
 
 
+def _write_text(tmp_path, text, name="other.xml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
 def _write(tmp_path, body, root='<robot name="t">'):
     path = tmp_path / "robot.urdf"
     path.write_text(f"{root}{body}</robot>")
@@ -491,6 +497,9 @@ def test_an_mjcf_file_matches_mujoco(tmp_path):
     model = mujoco.MjModel.from_xml_path(str(path))
     model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
     assert np.all(compare(arm, model, 0) < TOLERANCE)
+    # gravity compensation is MuJoCo's added force, not the arm's: read without it, with a warning
+    with pytest.warns(UrdfWarning, match=r"bodies \('hand',\) have gravcomp"):
+        load_arm(_write_text(tmp_path, _MJCF.replace('<body name="hand"', '<body name="hand" gravcomp="1"')))
     # the reference positions matter: without them the comparison fails
     model.qpos0[:] = 0.0
     assert np.max(compare(arm, model, 0)) > 1e-3

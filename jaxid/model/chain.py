@@ -7,12 +7,17 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["UrdfChain"]
+__all__ = ["UrdfChain", "UrdfWarning"]
+
+
+class UrdfWarning(UserWarning):
+    """A URDF that is read as given but describes something no rigid body or no identification can have
+    (an impossible inertia tensor, joints that move no mass)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class UrdfChain:
-    """The serial chain read from a URDF, in joint order (``n`` moving joints; numpy arrays).
+    """The serial chain read from a URDF (or an MJCF file), in joint order (``n`` moving joints; numpy arrays).
 
     Attributes:
         name: the robot's name.

@@ -21,18 +21,20 @@ Refused with a one-line ``ValueError`` naming the file, the element and what to 
 cannot compile (its message kept), ``free`` and ``ball`` joints and a branch with moving joints on
 two sides (``fixed_joints`` locks joints at their reference position ``qpos0``), a joint spring
 (``stiffness``), an active equality constraint on the chain (coupled joints, closed loops), no moving
-joint. Tendons and actuators do not change the arm's dynamics and are ignored.
+joint. Tendons and actuators do not change the arm's dynamics and are ignored; ``gravcomp`` (a force
+MuJoCo adds) is ignored with a ``UrdfWarning``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
-from .chain import UrdfChain, _standard
+from .chain import UrdfChain, UrdfWarning, _standard
 
 __all__ = ["parse_mjcf"]
 
@@ -207,6 +209,14 @@ def parse_mjcf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()):
             stack.append((child, link, rot, pos))
     if not chain:
         raise fail("<worldbody>", "no hinge or slide joint that is not locked; a serial arm needs one")
+    compensated = [body_name[b] for b in range(1, model.nbody) if model.body_gravcomp[b] != 0]
+    if compensated:
+        warnings.warn(
+            f"{source}: bodies {tuple(compensated)} have gravcomp (MuJoCo's gravity compensation, a force MuJoCo adds, "
+            "not the arm's dynamics): ignored, their weight counts in jaxid's torques",
+            UrdfWarning,
+            stacklevel=3,
+        )
     return (
         UrdfChain(
             name=model.names[: model.names.index(b"\0")].decode() if model.names else "",

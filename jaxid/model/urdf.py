@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike
 
-from .chain import UrdfChain, _standard
+from .chain import UrdfChain, UrdfWarning, _standard
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY
 from .serial import SerialArm
 
@@ -52,11 +52,6 @@ _MOVING = {"revolute": "revolute", "continuous": "revolute", "prismatic": "prism
 _UNSUPPORTED = ("floating", "planar")
 #: xacro elements that xacro's output may keep without harm (they change nothing jaxid reads).
 _XACRO_LEFTOVERS = ("property", "arg")
-
-
-class UrdfWarning(UserWarning):
-    """A URDF that is read as given but describes something no rigid body or no identification can have
-    (an impossible inertia tensor, joints that move no mass)."""
 
 
 def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
