@@ -56,7 +56,8 @@ BENCHMARK_DEFAULTS: dict[str, Any] = {
     "angle_std": 1e-4,  # [rad] encoder noise (enters the loop and the estimators)
     "velocity_std": 1e-3,  # [rad/s] velocity noise (enters the loop only)
     "torque_std": 0.05,  # [N m] torque reading noise
-    "true_coulomb": 0.0,  # [N m] Coulomb friction of the simulated arm (number or one per joint)
+    "true_viscous": 0.0,  # [N m s/rad] viscous friction added to the simulated arm (number or one per joint)
+    "true_coulomb": 0.0,  # [N m] Coulomb friction added to the simulated arm (number or one per joint)
     "model_coulomb": True,  # whether the estimators' model has the Coulomb columns (false: a model error)
     "cutoff_hz": 10.0,  # [Hz] zero-phase filter of the angles and torque (jaxid.identification.filter_log)
     "trim_s": 0.25,  # [s] dropped at each end of the filtered log (the filter's edge transients)
@@ -282,12 +283,13 @@ def _validate(v: dict, where: str, dof: int) -> dict:
             f"{where}.cutoff_hz = {v['cutoff_hz']:g} Hz is at or above the Nyquist frequency "
             f"{0.5 / v['sample_step']:g} Hz of sample_step; lower it."
         )
-    coulomb = v["true_coulomb"]
-    values = coulomb if isinstance(coulomb, list) else [coulomb]
-    if not (all(_number(c) and c >= 0 for c in values) and len(values) in (1, dof)):
-        raise ConfigError(
-            f"{where}.true_coulomb must be a non-negative number or a list of {dof} (one per joint) [N m], got {coulomb!r}."
-        )
+    for key, unit in (("true_viscous", "N m s/rad"), ("true_coulomb", "N m")):
+        value = v[key]
+        values = value if isinstance(value, list) else [value]
+        if not (all(_number(c) and c >= 0 for c in values) and len(values) in (1, dof)):
+            raise ConfigError(
+                f"{where}.{key} must be a non-negative number or a list of {dof} (one per joint) [{unit}], got {value!r}."
+            )
     if not isinstance(v["model_coulomb"], bool):
         raise ConfigError(f"{where}.model_coulomb must be true or false, got {v['model_coulomb']!r}.")
     names = v["estimators"]

@@ -2,7 +2,7 @@
 estimators run on each trial's log.
 
 **Plan** (``make_plan``, once per setting): the nominal ``SerialArm`` from the URDF; the simulated
-("true") arm, which is the nominal one plus ``true_coulomb`` Coulomb friction; the estimators'
+("true") arm, which is the nominal one plus ``true_viscous`` and ``true_coulomb`` friction; the estimators'
 model, the base parameters of the arm (``jaxid.base_parameters``) with the Coulomb columns
 dropped when ``model_coulomb = false`` (then the friction is a model error: present in the data,
 absent from the model); the reference (``random_fourier_trajectory`` from ``trajectory_seed``, or a
@@ -192,8 +192,10 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
     s = setting
     nominal = exp.load_arm()
     n = nominal.dof
-    coulomb = jnp.broadcast_to(jnp.asarray(s["true_coulomb"], dtype=float), (n,))
-    true_arm = eqx.tree_at(lambda a: a.coulomb, nominal, nominal.coulomb + coulomb)
+    added = [jnp.broadcast_to(jnp.asarray(s[k], dtype=float), (n,)) for k in ("true_viscous", "true_coulomb")]
+    true_arm = eqx.tree_at(
+        lambda a: (a.viscous, a.coulomb), nominal, (nominal.viscous + added[0], nominal.coulomb + added[1])
+    )
     base = base_parameters(nominal)
     names_all = tuple(base.names)
     fc = {f"fc{j + 1}" for j in range(n)}
