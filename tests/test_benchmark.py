@@ -4,7 +4,8 @@ against the Monte Carlo spread of IDIM-LS on exact states, a diverging trial as 
 
 Every run uses the shipped two-joint URDF (``data/robots/two_link.urdf``) with the same period,
 sample step and harmonics, so the closed loop and the estimators compile once for the whole file
-(the four tests that simulate are marked slow: ~50 s together, the compiles included);
+(the five tests that simulate are marked slow: the file takes ~30 s on two idle cores, compiles
+included, ~2 min when the cores are shared);
 the shipped UR5 and Panda benchmarks are checked for parsing and a smoke setting here, and their
 results are committed under ``results/benchmark_<arm>/``.
 """
