@@ -115,9 +115,10 @@ def make_benchmark_figures(run_dir: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(max(6.0, 0.14 * g["parameter"].nunique() + 2), 3.6))
         params = list(dict.fromkeys(g["parameter"]))
         x = np.arange(len(params))
-        for estimator, h in g.groupby("estimator", sort=False):
+        for k, (estimator, h) in enumerate(g.groupby("estimator", sort=False)):
             ratio = h.set_index("parameter").reindex(params)["rmse_over_sqrt_crlb"]
-            ax.plot(x, ratio.to_numpy(), "o", ms=3.5, label=estimator)
+            # Open markers of different shapes: estimators that agree (IDIM-LS and RLS) stay visible.
+            ax.plot(x, ratio.to_numpy(), "osD^v<>"[k % 7], ms=4.5, mfc="none", mew=1.0, label=estimator)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log")
         ax.set_xticks(x, params, rotation=90, fontsize=6)
