@@ -193,13 +193,21 @@ def load_experiment(path: str | Path) -> Experiment:
     needs float64 (``jax_enable_x64``), as every arm does.
     """
     path = Path(path)
+    return parse_experiment(read_toml(path), source=str(path), default_name=path.stem)
+
+
+def read_toml(path: str | Path, missing: str | None = None) -> dict:
+    """The parsed TOML file ``path`` (experiments, benchmarks and fits alike); ``ConfigError`` (one
+    line) when it does not exist (``missing``: the message, default the experiments') or is not TOML."""
+    path = Path(path)
     if not path.exists():
-        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
+        raise ConfigError(
+            missing or f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments."
+        )
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    return parse_experiment(raw, source=str(path), default_name=path.stem)
 
 
 def parse_experiment(

@@ -6,11 +6,10 @@ This is the one place that joins the runners (``jaxid.study``, and ``jaxid.bench
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from .benchmark import Benchmark, is_benchmark, parse_benchmark, run_benchmark
-from .config import ConfigError, Experiment, parse_experiment
+from .config import Experiment, parse_experiment, read_toml
 from .report import write_tables
 from .study import run_study
 from .study.hosts import is_writer
@@ -24,12 +23,7 @@ def load_config(path: str | Path) -> Experiment:
     ``[experiment]`` says ``kind = "benchmark"`` (``jaxid.benchmark.parse_benchmark``), else a study
     (``jaxid.config.parse_experiment``). ``ConfigError`` (one line) on any problem."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    raw = read_toml(path)
     parse = parse_benchmark if is_benchmark(raw) else parse_experiment
     return parse(raw, source=str(path), default_name=path.stem)
 

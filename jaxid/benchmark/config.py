@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import copy
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, Experiment, Setting
+from ..config import ConfigError, Experiment, Setting, read_toml
 from ..types import did_you_mean
 
 __all__ = [
@@ -133,13 +132,7 @@ def is_benchmark(raw: dict) -> bool:
 def load_benchmark(path: str | Path) -> Benchmark:
     """Read and validate a benchmark TOML file (``ConfigError``, one line, on any problem)."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments.")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    return parse_benchmark(raw, source=str(path), default_name=path.stem)
+    return parse_benchmark(read_toml(path), source=str(path), default_name=path.stem)
 
 
 def parse_benchmark(

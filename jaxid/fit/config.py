@@ -9,7 +9,6 @@ and ``load_arm``'s options ``fixed_joints``, ``armature``, ``offset``, ``gravity
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,11 +387,7 @@ def _check_numbers(resolved: dict[str, Any]) -> None:
 
 def load_fit_config(path: str | Path, *, data: str | Path | None = None) -> FitConfig:
     """Read and validate a fit TOML file (``data`` overrides ``fit.data``)."""
+    from ..config import read_toml
+
     path = Path(path)
-    if not path.exists():
-        raise config_error(f"fit config {str(path)!r} does not exist.")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise config_error(f"{path}: not valid TOML: {err}") from None
-    return parse_fit_config(raw, path=path, data=data)
+    return parse_fit_config(read_toml(path, f"fit config {str(path)!r} does not exist."), path=path, data=data)

@@ -46,6 +46,31 @@ class UrdfChain:
     velocity_limits: np.ndarray
     effort_limits: np.ndarray
 
+    @classmethod
+    def from_joints(cls, name: str, joints: list[dict], bodies: list) -> UrdfChain:
+        """The chain from one dict per moving joint (keys ``name``, ``link``, ``type``, ``axis``, ``rot``,
+        ``pos``, ``damping``, ``friction``, ``limits``, ``velocity``, ``effort``) and the ``(10,)``
+        standard parameters of each moving body: the one constructor both readers use."""
+
+        def column(key):
+            return np.array([e[key] for e in joints])
+
+        return cls(
+            name=name,
+            joint_names=tuple(e["name"] for e in joints),
+            link_names=tuple(e["link"] for e in joints),
+            joint_types=tuple(e["type"] for e in joints),
+            axes=column("axis"),
+            parent_rotations=column("rot"),
+            parent_translations=column("pos"),
+            inertial=np.array(bodies),
+            damping=column("damping"),
+            friction=column("friction"),
+            position_limits=column("limits"),
+            velocity_limits=column("velocity"),
+            effort_limits=column("effort"),
+        )
+
 
 def _standard(mass: float, com: np.ndarray, tensor_com: np.ndarray) -> np.ndarray:
     """``[m, m c, Ī]`` about the frame origin from mass, centre of mass and inertia about the centre of

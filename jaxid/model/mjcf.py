@@ -218,21 +218,7 @@ def parse_mjcf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()):
             stacklevel=3,
         )
     return (
-        UrdfChain(
-            name=model.names[: model.names.index(b"\0")].decode() if model.names else "",
-            joint_names=tuple(e["name"] for e in chain),
-            link_names=tuple(e["link"] for e in chain),
-            joint_types=tuple(e["type"] for e in chain),
-            axes=np.array([e["axis"] for e in chain]),
-            parent_rotations=np.array([e["rot"] for e in chain]),
-            parent_translations=np.array([e["pos"] for e in chain]),
-            inertial=np.array(bodies),
-            damping=np.array([e["damping"] for e in chain]),
-            friction=np.array([e["friction"] for e in chain]),
-            position_limits=np.array([e["limits"] for e in chain]),
-            velocity_limits=np.array([e["velocity"] for e in chain]),
-            effort_limits=np.array([e["effort"] for e in chain]),
-        ),
+        UrdfChain.from_joints(model.names[: model.names.index(b"\0")].decode() if model.names else "", chain, bodies),
         np.array(armature),
         np.array(model.opt.gravity, dtype=float),
     )

@@ -405,21 +405,7 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
         )
     for problem in problems:
         warnings.warn(problem, UrdfWarning, stacklevel=3)
-    return UrdfChain(
-        name=root.get("name", ""),
-        joint_names=tuple(e["name"] for e in chain),
-        link_names=tuple(e["link"] for e in chain),
-        joint_types=tuple(e["type"] for e in chain),
-        axes=np.array([e["axis"] for e in chain]),
-        parent_rotations=np.array([e["rot"] for e in chain]),
-        parent_translations=np.array([e["pos"] for e in chain]),
-        inertial=np.array(bodies),
-        damping=np.array([e["damping"] for e in chain]),
-        friction=np.array([e["friction"] for e in chain]),
-        position_limits=np.array([e["limits"] for e in chain]),
-        velocity_limits=np.array([e["velocity"] for e in chain]),
-        effort_limits=np.array([e["effort"] for e in chain]),
-    )
+    return UrdfChain.from_joints(root.get("name", ""), chain, bodies)
 
 
 def _branch_advice(branches: list, locks: tuple[str, ...]) -> str:
