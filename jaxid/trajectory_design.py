@@ -71,6 +71,8 @@ __all__ = [
     "parameter_magnitudes",
     "design_regressor",
     "information_matrix",
+    "regressor_information",
+    "inverse_information",
     "base_parameter_bound",
     "relative_bound_trace",
     "regressor_condition",
@@ -161,8 +163,25 @@ def information_matrix(
     docstring): ``samples`` equally spaced times per period (static), ``periods`` periods (static),
     torque noise std ``noise_std`` [N m], scalar or per joint ``(n,)``. Pure; differentiable in the
     trajectory's coefficients and the noise."""
-    w = design_regressor(arm, base, trajectory, samples) / jnp.asarray(noise_std, dtype=float)[..., None]
-    return periods * jnp.einsum("knp,knq->pq", w, w)
+    return periods * regressor_information(design_regressor(arm, base, trajectory, samples), noise_std)
+
+
+def regressor_information(
+    regressor: Float[ArrayLike, "N n r"], noise_std: Float[ArrayLike, "*#n"]
+) -> Float[Array, "r r"]:
+    """``Σ_k W_kᵀ Σ⁻¹ W_k`` from regressor rows ``(N, n, r)`` and the torque noise std per joint: the
+    one Fisher-information kernel (a designed trajectory's rows here, a simulated run's in the
+    benchmark). Pure."""
+    w = jnp.asarray(regressor, dtype=float) / jnp.asarray(noise_std, dtype=float)[..., None]
+    return jnp.einsum("knp,knq->pq", w, w)
+
+
+def inverse_information(information: Float[ArrayLike, "r r"]) -> Float[Array, "r r"]:
+    """``F⁻¹``, inverted after scaling ``F`` to unit diagonal (columns of very different magnitudes,
+    a friction beside a wrist inertia, keep their digits). Pure."""
+    f = jnp.asarray(information, dtype=float)
+    scale = jnp.sqrt(jnp.diag(f))
+    return jnp.linalg.inv(f / jnp.outer(scale, scale)) / jnp.outer(scale, scale)
 
 
 def base_parameter_bound(
@@ -176,9 +195,9 @@ def base_parameter_bound(
 ) -> Float[Array, "r r"]:
     """The Cramér–Rao bound ``C = F⁻¹`` ``(r, r)`` of the base parameters (``information_matrix``),
     inverted after scaling ``F`` to unit diagonal. Pure."""
-    f = information_matrix(arm, base, trajectory, noise_std=noise_std, samples=samples, periods=periods)
-    scale = jnp.sqrt(jnp.diag(f))
-    return jnp.linalg.inv(f / jnp.outer(scale, scale)) / jnp.outer(scale, scale)
+    return inverse_information(
+        information_matrix(arm, base, trajectory, noise_std=noise_std, samples=samples, periods=periods)
+    )
 
 
 def relative_bound_trace(

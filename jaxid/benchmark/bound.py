@@ -11,14 +11,17 @@ the benchmark: an estimator that sees the states only through noisy angles (and 
 beat it; IDIM-LS on the exact states reaches it (``tests/test_benchmark.py`` checks that against the
 spread of IDIM-LS over many noise draws).
 
-Computed in scaled coordinates (unit-norm columns) so that columns of very different magnitudes
-(a friction against a wrist inertia) do not lose digits. Host-side numpy.
+The information and its scaled inverse are ``jaxid.trajectory_design``'s kernels
+(``regressor_information``, ``inverse_information``: the bound a designed excitation minimises);
+this adds the rank test on unit-norm columns and the conventions below.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from jaxtyping import ArrayLike, Float
+
+from ..trajectory_design import inverse_information, regressor_information
 
 __all__ = ["base_parameter_crlb"]
 
@@ -41,13 +44,10 @@ def base_parameter_crlb(
     if np.any(sigma <= 0):
         return np.full((p, p), np.nan)
     a = (w / sigma[None, :, None]).reshape(-1, p)
-    scale = np.linalg.norm(a, axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
-    a = a / scale
-    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    a = a / np.where(np.linalg.norm(a, axis=0) > 0, np.linalg.norm(a, axis=0), 1.0)
+    s = np.linalg.svd(a, compute_uv=False)  # the rank test, on unit-norm columns
     if s[-1] <= a.shape[0] * np.finfo(float).eps * s[0]:
         out = np.full((p, p), np.nan)
         out[np.diag_indices(p)] = np.inf
         return out
-    inverse = (vt.T / s**2) @ vt
-    return inverse / np.outer(scale, scale)
+    return np.asarray(inverse_information(regressor_information(w, sigma)))
