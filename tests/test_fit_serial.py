@@ -179,6 +179,7 @@ RELATIVE = 0.05
 TORQUE_ERROR = 0.08  # [N m]
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_ur5_from_a_urdf_recovers_its_base_parameters(ur5_logs, ur5_base, ur5_fit):
     root, arm, _, spans = ur5_logs
     lower, upper = np.asarray(arm.position_limits).T

@@ -50,6 +50,7 @@ def test_readme_quickstart_runs(capsys, monkeypatch):
             assert np.all(np.abs(error) < 5 * sqrt_crlb), (name, error / sqrt_crlb)
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_readme_main_command_runs(tmp_path):
     """The main job's `jaxid run ...` exactly as the README prints it (console script, a fresh
     process), on the experiment's smoke setting and into a temporary directory."""

@@ -378,6 +378,7 @@ run_experiment(tiny(), sys.argv[1], progress=False, figures=False)
 """
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_sigkilled_run_resumes_to_identical_table(reference, tmp_path, monkeypatch):
     """A process killed with SIGKILL in the middle of a chunk (setting a finished, b half done):
     the same command finishes the run, redoes no finished chunk, and gives the uninterrupted table."""
@@ -473,6 +474,7 @@ def check_smoke_run(out: Path, exp, setting: str = "smoke") -> None:
         assert any(name == plot or name.startswith(plot + "_") for name in drawn), (plot, drawn)
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_two_processes_give_the_one_process_table(reference, tmp_path):
     """The same experiment under jax.distributed (two processes, coordinator on localhost).
 

@@ -23,6 +23,7 @@ EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.toml") if 'kind =
 
 
 # paper.toml's smoke setting is run by test_readme.py, as the README's main command.
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 @pytest.mark.parametrize("path", [p for p in EXPERIMENTS if p.stem != "paper"], ids=lambda p: p.stem)
 def test_shipped_experiment_smoke_runs_end_to_end(path, tmp_path, capsys):
     out = tmp_path / path.stem
@@ -93,6 +94,7 @@ assert all(s.startswith("SingleDeviceSharding(device=CpuDevice(id=0)") for s in 
 """
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_four_devices_give_the_one_device_rows(tmp_path):
     """Each chunk's two parameter sets (with their own transients) are simulated in one batch
     sharded over 4 host devices; the records are gathered onto one device and an estimator of each
