@@ -196,6 +196,19 @@ def load_experiment(path: str | Path) -> Experiment:
     return parse_experiment(read_toml(path), source=str(path), default_name=path.stem)
 
 
+def check_experiment_table(exp: dict, allowed: dict[str, type], where: str, label: str = "") -> None:
+    """Every key of an ``[experiment]`` table known (``allowed``: key -> type) and of its type; a
+    ``ConfigError`` naming the key otherwise (``label``, e.g. " in a benchmark", after "allowed")."""
+    for key, value in exp.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}unknown key experiment.{key}; allowed{label}: {sorted(allowed)}.{did_you_mean(key, allowed)}"
+            )
+        if not isinstance(value, allowed[key]) or isinstance(value, bool):
+            kind = {int: "an integer", str: "a string", list: "a list"}[allowed[key]]
+            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
+
+
 def read_toml(path: str | Path, missing: str | None = None) -> dict:
     """The parsed TOML file ``path`` (experiments, benchmarks and fits alike); ``ConfigError`` (one
     line) when it does not exist (``missing``: the message, default the experiments') or is not TOML."""
@@ -244,14 +257,7 @@ def parse_experiment(
         except ValueError as err:
             raise ConfigError(str(err)) from None
     exp = raw.get("experiment", {})
-    for key, value in exp.items():
-        if key not in EXPERIMENT_KEYS:
-            raise ConfigError(
-                f"{where}unknown key experiment.{key}; allowed: {sorted(EXPERIMENT_KEYS)}.{did_you_mean(key, EXPERIMENT_KEYS)}"
-            )
-        if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
-            kind = {int: "an integer", str: "a string", list: "a list"}[EXPERIMENT_KEYS[key]]
-            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
+    check_experiment_table(exp, EXPERIMENT_KEYS, where)
     trials = exp.get("trials", 100)
     chunk = exp.get("chunk", 256)
     for key in ("trials", "chunk", "full_trials"):

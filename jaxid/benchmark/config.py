@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, Experiment, Setting, read_toml
+from ..config import ConfigError, Experiment, Setting, check_experiment_table, read_toml
 from ..types import did_you_mean
 
 __all__ = [
@@ -152,14 +152,7 @@ def parse_benchmark(
                 f"{where}unknown top-level table [{key}]; use [experiment], [arm], [defaults] and [settings.<name>].{did_you_mean(key, tables)}"
             )
     exp = raw.get("experiment", {})
-    for key, value in exp.items():
-        if key not in EXPERIMENT_KEYS:
-            raise ConfigError(
-                f"{where}unknown key experiment.{key}; allowed in a benchmark: {sorted(EXPERIMENT_KEYS)}.{did_you_mean(key, EXPERIMENT_KEYS)}"
-            )
-        if not isinstance(value, EXPERIMENT_KEYS[key]) or isinstance(value, bool):
-            kind = {int: "an integer", str: "a string"}[EXPERIMENT_KEYS[key]]
-            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
+    check_experiment_table(exp, EXPERIMENT_KEYS, where, " in a benchmark")
     if exp.get("kind") != "benchmark":
         raise ConfigError(f'{where}experiment.kind must be "benchmark" here, got {exp.get("kind")!r}.')
     for key in ("trials", "chunk", "full_trials"):
