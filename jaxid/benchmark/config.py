@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import EXPERIMENT_KEYS as STUDY_EXPERIMENT_KEYS
 from ..config import ConfigError, Experiment, Setting, check_experiment_table, read_toml
 from ..types import did_you_mean
 
@@ -73,15 +74,8 @@ _POSITIVE = ("period", "sample_step", "controller_frequency", "cutoff_hz")
 _NON_NEGATIVE = ("angle_std", "velocity_std", "torque_std", "prior_error", "trim_s")
 _COUNTS = ("harmonics", "measured_periods", "substeps")
 _SEEDS = ("trajectory_seed", "validation_seed")
-EXPERIMENT_KEYS = {
-    "kind": str,
-    "name": str,
-    "description": str,
-    "seed": int,
-    "trials": int,
-    "full_trials": int,
-    "chunk": int,
-}
+#: A study's ``[experiment]`` keys but ``plots`` (a benchmark draws its own figures).
+EXPERIMENT_KEYS = {key: kind for key, kind in STUDY_EXPERIMENT_KEYS.items() if key != "plots"}
 
 
 @dataclass(frozen=True)
