@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "derivatives",
         "logs",
         "filters",
+        "reference",
         "closed_loop",
     ),
     ("crlb", "estimators", "identification", "consistency"),
