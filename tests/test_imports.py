@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "derivatives",
         "logs",
         "filters",
+        "kalman",
         "reference",
         "closed_loop",
     ),

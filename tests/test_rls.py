@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid import derivatives
+from jaxid import derivatives, kalman
 from jaxid.estimators import rls as rls_mod
 from jaxid.estimators.base import CONVERGED
 
@@ -80,7 +80,7 @@ def test_rls_equals_regularised_ls_exactly(short):
     y, z = rls_mod.regression_data(noisy, ex, arm, unknowns=UNKNOWNS)
     theta0 = jnp.asarray([4.0, 2.0, 4.0, 3.0])
     p0 = 1e-2
-    theta, *_ = rls_mod.recursive_least_squares(y, z, theta0, p0 * jnp.eye(4))
+    theta, *_ = kalman.recursive_least_squares(y, z, theta0, p0 * jnp.eye(4))
     a = y.reshape(-1, 4)
     ridge = np.linalg.solve(a.T @ a + np.eye(4) / p0, a.T @ z.reshape(-1) + theta0 / p0)
     np.testing.assert_allclose(theta, ridge, rtol=1e-9)
@@ -122,7 +122,7 @@ def test_forgetting_is_exponentially_weighted_least_squares(short):
     plain = _exponentially_weighted_ls(y, z, [1.0, 1.0], 1.0, theta0, 1e2 * np.eye(4))
     assert np.min(np.abs(expected / plain - 1)) > 1e-5
     # The recursion itself with joint weights and a stronger forgetting.
-    theta, *_ = rls_mod.recursive_least_squares(
+    theta, *_ = kalman.recursive_least_squares(
         y, z, jnp.asarray(theta0), 10.0 * jnp.eye(4), weights=jnp.asarray([2.0, 0.5]), forgetting=0.995
     )
     expected = _exponentially_weighted_ls(y, z, [2.0, 0.5], 0.995, theta0, 10.0 * np.eye(4))

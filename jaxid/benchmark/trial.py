@@ -44,10 +44,10 @@ from ..closed_loop import (
 )
 from ..config import Setting
 from ..consistency import consistent_least_squares
-from ..estimators.rls import recursive_least_squares
 from ..fit.model import BaseColumns
 from ..identification import filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
 from ..identification.idim import _stack, default_decimation, regression_rows
+from ..kalman import recursive_least_squares
 from ..logs import MeasuredLog
 from ..model import SerialArm, base_parameters
 from ..study.sampling import setting_key, trial_key

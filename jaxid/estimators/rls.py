@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike
 
 from .. import linalg
 from ..excitation import Multisine
+from ..kalman import recursive_least_squares
 from ..model import LINEAR_PARAMETERS, TwoLinkArm, validate_unknowns
 from ..simulation import Record
 from .base import Estimate, register
@@ -46,54 +46,7 @@ from .regression import (
     regression_data,
 )
 
-__all__ = ["rls", "idim_ls", "idim_iv", "regression_data", "recursive_least_squares", "history_indices"]
-
-
-# -- recursive least squares: one update, and the scan ---------------------------------------
-
-
-def _rls_update(theta, cov, accumulator, y, z, weights, forgetting):
-    """One vector RLS step for the equations ``z = y θ + e`` (``y`` ``(d, p)``), weights ``(d,)``.
-
-    Minimises ``Σ_n λ^{N−n} (z_n − y_n θ)ᵀ W (z_n − y_n θ)`` recursively. ``accumulator`` holds
-    ``Σ λ^{2(N−n)} w_j² y_njᵀ y_nj`` per joint ``j`` (for the sandwich covariance).
-    """
-    innovation_cov = forgetting * jnp.diag(1.0 / weights) + y @ cov @ y.T
-    gain = linalg.solve(innovation_cov, y @ cov).T  # P yᵀ S⁻¹ (S symmetric)
-    theta = theta + gain @ (z - y @ theta)
-    cov = (cov - gain @ y @ cov) / forgetting
-    cov = 0.5 * (cov + cov.T)
-    wy = weights[:, None] * y
-    accumulator = forgetting**2 * accumulator + jnp.einsum("jp,jq->jpq", wy, wy)
-    return theta, cov, accumulator
-
-
-def recursive_least_squares(
-    y: Float[Array, "M d p"],
-    z: Float[Array, "M d"],
-    initial_guess: Float[Array, " p"],
-    initial_covariance: Float[Array, "p p"],
-    *,
-    weights: Float[ArrayLike, " d"] = 1.0,
-    forgetting: float | Array = 1.0,
-) -> tuple[Array, Array, Array, Array]:
-    """Run RLS over the rows of ``(y, z)`` with a ``lax.scan``.
-
-    Returns ``(θ_N, P_N, accumulator_N, θ_history)`` with ``θ_history`` ``(M, p)`` (the estimate
-    after each sample). ``jit``/``vmap``-compatible.
-    """
-    p = y.shape[-1]
-    d = y.shape[-2]
-    weights = jnp.broadcast_to(jnp.asarray(weights, dtype=y.dtype), (d,))
-
-    def step(carry, row):
-        theta, cov, acc = carry
-        theta, cov, acc = _rls_update(theta, cov, acc, row[0], row[1], weights, forgetting)
-        return (theta, cov, acc), theta
-
-    init = (initial_guess, initial_covariance, jnp.zeros((d, p, p), y.dtype))
-    (theta, cov, acc), history = jax.lax.scan(step, init, (y, z))
-    return theta, cov, acc, history
+__all__ = ["rls", "idim_ls", "idim_iv", "regression_data", "history_indices"]
 
 
 # -- the estimators ----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 - ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
 - ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
 - ``output_error``: multiple-shooting output error;
-- ``kalman``: the EKF/UKF of ``jaxid.estimators.kalman`` with the regressor model's transition;
+- ``kalman``: the EKF/UKF of ``jaxid.kalman`` with the regressor model's transition;
 - ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
 - ``figures``: the figures of ``jaxid fit``.
 

@@ -1,6 +1,6 @@
 """The EKF/UKF on measured logs: augmented state ``(q, q', θ)`` (``2 n + p``), the model of the regressor.
 
-The generic filters of ``jaxid.estimators.kalman`` run with this transition: one RK4 step
+The generic filters of ``jaxid.kalman`` run with this transition: one RK4 step
 (``jaxid.integrate.rk4_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
 measured torque at the stages ``t, t + Δ/2, t + Δ``; ``θ`` constant (no random walk). The
 emissions are the measured (resampled, unfiltered) angles.
@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..estimators.kalman import extended_kalman_filter, unscented_kalman_filter
 from ..integrate import rk4_step
+from ..kalman import extended_kalman_filter, unscented_kalman_filter
 from .data import FilteredLog, Known, Regressor, _rates, stage_torques
 from .idim import Identification
 from .output_error import angle_noise_std

@@ -1,4 +1,5 @@
-"""Generic extended and unscented Kalman filters, in the style of dynamax.
+"""Recursive estimation kernels: generic extended and unscented Kalman filters (in the style of
+dynamax) and vector recursive least squares.
 
 Pure functions, a ``lax.scan`` over small condition/predict helpers; condition on ``y_n`` first,
 then predict to ``n + 1``:
@@ -8,9 +9,12 @@ then predict to ``n + 1``:
   exact Kalman filter (tested);
 - ``unscented_kalman_filter(...)`` — the same interface with the unscented transform.
 
-They know nothing of the arm: ``jaxid.estimators.ekf`` (the ``ekf``/``ukf`` estimators) and
-``jaxid.identification.kalman`` run them with their state-space models. ``jaxid.estimators.ekf``
-re-exports the names.
+- ``recursive_least_squares(y, z, θ0, P0)`` — vector RLS with forgetting (a Kalman filter of a
+  constant state), a ``lax.scan`` over ``_rls_update``.
+
+They know nothing of the arm: ``jaxid.estimators.ekf``/``rls`` (on simulated records) and
+``jaxid.identification`` (on logs) run them with their models. ``jaxid.estimators.ekf``
+re-exports the filters.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
-from .. import linalg
+from . import linalg
 
-__all__ = ["FilterResult", "extended_kalman_filter", "unscented_kalman_filter"]
+__all__ = ["FilterResult", "extended_kalman_filter", "unscented_kalman_filter", "recursive_least_squares"]
 
 
 class FilterResult(eqx.Module):
@@ -197,3 +201,50 @@ def unscented_kalman_filter(
         inputs,
         return_covariances,
     )
+
+
+# -- recursive least squares: one update, and the scan ---------------------------------------
+
+
+def _rls_update(theta, cov, accumulator, y, z, weights, forgetting):
+    """One vector RLS step for the equations ``z = y θ + e`` (``y`` ``(d, p)``), weights ``(d,)``.
+
+    Minimises ``Σ_n λ^{N−n} (z_n − y_n θ)ᵀ W (z_n − y_n θ)`` recursively. ``accumulator`` holds
+    ``Σ λ^{2(N−n)} w_j² y_njᵀ y_nj`` per joint ``j`` (for the sandwich covariance).
+    """
+    innovation_cov = forgetting * jnp.diag(1.0 / weights) + y @ cov @ y.T
+    gain = linalg.solve(innovation_cov, y @ cov).T  # P yᵀ S⁻¹ (S symmetric)
+    theta = theta + gain @ (z - y @ theta)
+    cov = (cov - gain @ y @ cov) / forgetting
+    cov = 0.5 * (cov + cov.T)
+    wy = weights[:, None] * y
+    accumulator = forgetting**2 * accumulator + jnp.einsum("jp,jq->jpq", wy, wy)
+    return theta, cov, accumulator
+
+
+def recursive_least_squares(
+    y: Float[Array, "M d p"],
+    z: Float[Array, "M d"],
+    initial_guess: Float[Array, " p"],
+    initial_covariance: Float[Array, "p p"],
+    *,
+    weights: Float[ArrayLike, " d"] = 1.0,
+    forgetting: float | Array = 1.0,
+) -> tuple[Array, Array, Array, Array]:
+    """Run RLS over the rows of ``(y, z)`` with a ``lax.scan``.
+
+    Returns ``(θ_N, P_N, accumulator_N, θ_history)`` with ``θ_history`` ``(M, p)`` (the estimate
+    after each sample). ``jit``/``vmap``-compatible.
+    """
+    p = y.shape[-1]
+    d = y.shape[-2]
+    weights = jnp.broadcast_to(jnp.asarray(weights, dtype=y.dtype), (d,))
+
+    def step(carry, row):
+        theta, cov, acc = carry
+        theta, cov, acc = _rls_update(theta, cov, acc, row[0], row[1], weights, forgetting)
+        return (theta, cov, acc), theta
+
+    init = (initial_guess, initial_covariance, jnp.zeros((d, p, p), y.dtype))
+    (theta, cov, acc), history = jax.lax.scan(step, init, (y, z))
+    return theta, cov, acc, history
