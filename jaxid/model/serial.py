@@ -1,13 +1,10 @@
 """``SerialArm``: an N-joint serial arm (revolute and prismatic joints) as an ``AbstractArm``.
 
-Spatial algebra in Featherstone's convention (*Rigid Body Dynamics Algorithms*, 2008): a motion
-vector is ``(ω, v)`` (angular velocity, linear velocity of the point at the frame origin), a force
-``(n, f)`` (moment about the origin, force), both 6-vectors in the coordinates of a link frame. The
-motion transform from the parent frame to link ``i`` is ``X_i = [[E, 0], [−E [p]×, E]]`` with ``E``
-the rotation from parent to link coordinates and ``p`` the link's origin in the parent frame; forces
-go back with ``X_iᵀ``. ``X_i`` is linear in ``(cos q_i, sin q_i)`` (revolute) or in ``q_i``
-(prismatic) with constant 6×6 coefficients computed from the static geometry at trace time, so a
-joint costs a few small matrix products (few operations to compile).
+Spatial algebra in Featherstone's convention (*Rigid Body Dynamics Algorithms*, 2008; the
+conventions and the recursions are in ``jaxid.model.spatial``): motion vectors ``(ω, v)``, forces
+``(n, f)``, the motion transform ``X_i`` from the parent frame to link ``i``, linear in
+``(cos q_i, sin q_i)`` (revolute) or ``q_i`` (prismatic) with constants computed from the static
+geometry at trace time.
 
 Every link carries the 10 standard parameters about its frame origin, ``[m, m cx, m cy, m cz,
 Ixx, Ixy, Ixz, Iyy, Iyz, Izz]`` (first moment ``h = m c``, inertia tensor ``Ī`` about the origin,
@@ -41,7 +38,6 @@ never looped. Small solves use ``jaxid.linalg`` (no LAPACK call, see ``docs/lapa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -53,6 +49,7 @@ from ..linalg import cholesky, solve_triangular
 from ..types import compiled_when_concrete, require_float64
 from .interface import AbstractArm
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, validate_unknowns
+from .spatial import Joint, crba, joint_constants, rnea
 
 __all__ = ["SerialArm", "LINK_PARAMETERS", "JOINT_PARAMETERS", "serial_standard_names"]
 
@@ -74,100 +71,6 @@ def serial_standard_names(dof: int) -> tuple[str, ...]:
     links = tuple(f"{p}{i}" for i in range(1, dof + 1) for p in LINK_PARAMETERS)
     joints = tuple(f"{p}{i}" for p in JOINT_PARAMETERS for i in range(1, dof + 1))
     return links + joints
-
-
-# -- spatial algebra: numpy constants, built at trace time from the static geometry -------------
-
-
-def _skew(a) -> np.ndarray:
-    """``[a]×``: ``[a]× b = a × b``."""
-    return np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]])
-
-
-def _plucker(rotation: np.ndarray, origin: np.ndarray) -> np.ndarray:
-    """Motion transform parent → child of a child frame with axes ``rotation`` (columns, in parent
-    coordinates) and origin ``origin`` (parent coordinates): ``[[E, 0], [−E [p]×, E]]``, ``E = Rᵀ``."""
-    x = np.zeros((6, 6))
-    x[:3, :3] = x[3:, 3:] = rotation.T
-    x[3:, :3] = -rotation.T @ _skew(origin)
-    return x
-
-
-def _blocks(m: np.ndarray) -> np.ndarray:
-    """``diag(m, m)``, 6×6."""
-    return np.kron(np.eye(2), m)
-
-
-def _crm(v: np.ndarray) -> np.ndarray:
-    """Motion cross-product matrix ``v×`` of ``v = (ω, u)``: ``[[ω×, 0], [u×, ω×]]``."""
-    x = np.zeros((6, 6))
-    x[:3, :3] = x[3:, 3:] = _skew(v[:3])
-    x[3:, :3] = _skew(v[3:])
-    return x
-
-
-#: ``v ×* = −(v×)ᵀ = Σ_j v_j _CRF[j]`` (force cross product as a constant bilinear form).
-_CRF = np.stack([-_crm(e).T for e in np.eye(6)])
-
-
-def _inertia_basis() -> np.ndarray:
-    """``B (10, 6, 6)``: the spatial inertia of the standard parameters ``θ`` is ``Σ_k θ_k B[k]``."""
-    basis = np.zeros((10, 6, 6))
-    basis[0, 3:, 3:] = np.eye(3)
-    for k in range(3):
-        h = np.eye(3)[k]
-        basis[1 + k, :3, 3:] = _skew(h)
-        basis[1 + k, 3:, :3] = _skew(h).T
-    for k, (i, j) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
-        basis[4 + k, :3, :3][i, j] = basis[4 + k, :3, :3][j, i] = 1.0
-    return basis
-
-
-_INERTIA_BASIS = _inertia_basis()
-
-
-class _Joint(NamedTuple):
-    """Constants of one joint. Revolute: ``X(q) = x0 + cos q xc + sin q xs`` and the pose
-    ``T(q) = t0 + cos q tc + sin q ts`` (4×4, link in parent); prismatic: ``X = x0 + q xc``,
-    ``T = t0 + q tc`` (``xs``, ``ts`` unused). ``motion``: ``S`` (6,); ``bias``: ``−[S]×`` (so that
-    ``v × (S q') = (bias @ v) q'``)."""
-
-    revolute: bool
-    x0: np.ndarray
-    xc: np.ndarray
-    xs: np.ndarray
-    t0: np.ndarray
-    tc: np.ndarray
-    ts: np.ndarray
-    motion: np.ndarray
-    bias: np.ndarray
-
-
-def _joint_constants(kind: str, axis, rotation, origin) -> _Joint:
-    a, tree_r, tree_p = np.asarray(axis), np.asarray(rotation), np.asarray(origin)
-    tree = _plucker(tree_r, tree_p)
-    outer = np.outer(a, a)
-    zero4 = np.zeros((4, 4))
-    t0 = np.eye(4)
-    t0[:3, 3] = tree_p
-    if kind == "revolute":
-        # Rot(a, q) = a aᵀ + cos q (1 − a aᵀ) + sin q [a]×; X = diag(Rotᵀ, Rotᵀ) X_tree.
-        t0[:3, :3] = tree_r @ outer
-        tc, ts = zero4.copy(), zero4.copy()
-        tc[:3, :3] = tree_r @ (np.eye(3) - outer)
-        ts[:3, :3] = tree_r @ _skew(a)
-        x0, xc, xs = _blocks(outer) @ tree, _blocks(np.eye(3) - outer) @ tree, -_blocks(_skew(a)) @ tree
-        motion = np.concatenate([a, np.zeros(3)])
-    else:
-        # X = plucker(1, q a) X_tree = X_tree + q [[0, 0], [−[a]×, 0]] X_tree.
-        t0[:3, :3] = tree_r
-        tc, ts = zero4.copy(), zero4
-        tc[:3, 3] = tree_r @ a
-        shift = np.zeros((6, 6))
-        shift[3:, :3] = -_skew(a)
-        x0, xc, xs = tree, shift @ tree, np.zeros((6, 6))
-        motion = np.concatenate([np.zeros(3), a])
-    return _Joint(kind == "revolute", x0, xc, xs, t0, tc, ts, motion, -_crm(motion))
 
 
 def _as_floats(value, shape: tuple[int, ...], name: str) -> tuple:
@@ -468,76 +371,20 @@ class SerialArm(AbstractArm):
             raise ValueError(f"{name} must have a trailing axis of length {self.dof} (one per joint), got {arr.shape}.")
         return arr
 
-    def _joints(self) -> list[_Joint]:
+    def _joints(self) -> list[Joint]:
         return [
-            _joint_constants(*geometry)
+            joint_constants(*geometry)
             for geometry in zip(
                 self.joint_types, self.axes, self.parent_rotations, self.parent_translations, strict=True
             )
         ]
 
-    def _transforms(self, q: Array, sincos: SinCos | None) -> tuple[list[_Joint], list[Array]]:
+    def _transforms(self, q: Array, sincos: SinCos | None) -> tuple[list[Joint], list[Array]]:
         """The joint constants and each link's motion transform ``X_i(q)`` (6×6) from its parent."""
         joints = self._joints()
         s, c = (jnp.sin(q), jnp.cos(q)) if sincos is None else sincos(q)
         xs = [j.x0 + c[i] * j.xc + s[i] * j.xs if j.revolute else j.x0 + q[i] * j.xc for i, j in enumerate(joints)]
         return joints, xs
-
-    def _rnea(
-        self,
-        joints: list[_Joint],
-        xs: list[Array],
-        inertial: Array,
-        gravity: Array,
-        qd: Array | None,
-        qdd: Array | None,
-    ) -> Array:
-        """Rigid-body joint forces ``(n,)`` by recursive Newton–Euler; ``None`` velocities or
-        accelerations are zero (their terms are left out)."""
-        inertias = jnp.tensordot(inertial, _INERTIA_BASIS, axes=1)  # (n, 6, 6)
-        v = None
-        acc = jnp.concatenate([jnp.zeros(3), -gravity])  # gravity as a base acceleration
-        forces = []
-        for i, joint in enumerate(joints):
-            acc = xs[i] @ acc
-            if qdd is not None:
-                acc = acc + joint.motion * qdd[i]
-            if qd is not None:
-                v = joint.motion * qd[i] if v is None else xs[i] @ v + joint.motion * qd[i]
-                acc = acc + (joint.bias @ v) * qd[i]
-            force = inertias[i] @ acc
-            if v is not None:
-                force = force + jnp.tensordot(v, _CRF, axes=1) @ (inertias[i] @ v)
-            forces.append(force)
-        tau = [None] * self.dof
-        child = None
-        for i in range(self.dof - 1, -1, -1):
-            force = forces[i] if child is None else forces[i] + child
-            tau[i] = joints[i].motion @ force
-            child = xs[i].T @ force
-        return jnp.stack(tau)
-
-    def _crba(self, joints: list[_Joint], xs: list[Array], inertial: Array) -> Array:
-        """Rigid-body mass matrix ``(n, n)`` by the composite rigid body algorithm.
-
-        Composite inertias ``Ic_{i−1} += X_iᵀ Ic_i X_i``; the forces ``Ic_i S_i`` of all columns are carried
-        towards the base together (a 6×n matrix whose column ``i ≥ j`` is column ``i``'s force in link
-        ``j``), so that row ``j`` of the upper triangle is ``S_jᵀ F_j``.
-        """
-        n = self.dof
-        inertias = jnp.tensordot(inertial, _INERTIA_BASIS, axes=1)
-        composite = [inertias[i] for i in range(n)]
-        for i in range(n - 1, 0, -1):
-            composite[i - 1] = composite[i - 1] + xs[i].T @ composite[i] @ xs[i]
-        unit = np.eye(n)
-        rows = [None] * n
-        forces = None
-        for j in range(n - 1, -1, -1):
-            column = jnp.outer(composite[j] @ joints[j].motion, unit[j])
-            forces = column if forces is None else xs[j + 1].T @ forces + column
-            rows[j] = joints[j].motion @ forces
-        upper = jnp.stack(rows)
-        return upper + upper.T - jnp.diag(jnp.diag(upper))
 
     def _friction(self, viscous: Array, coulomb: Array, qd: Array) -> Array:
         return viscous * qd + coulomb * _TWO_OVER_PI * jnp.arctan(self.coulomb_slope * qd)
@@ -545,29 +392,29 @@ class SerialArm(AbstractArm):
     # Cores: one arm, one state (unbatched); ``_evaluate`` broadcasts and vmaps them.
     def _core_inverse(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, qdd, sincos=None):
         joints, xs = self._transforms(q, sincos)
-        rigid = self._rnea(joints, xs, inertial, gravity, qd, qdd)
+        rigid = rnea(joints, xs, inertial, gravity, qd, qdd)
         return rigid + armature * qdd + self._friction(viscous, coulomb, qd) + offset
 
     def _core_forward(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, tau, sincos=None):
         joints, xs = self._transforms(q, sincos)
-        mass = self._crba(joints, xs, inertial) + jnp.diag(armature)
-        bias = self._rnea(joints, xs, inertial, gravity, qd, None)
+        mass = crba(joints, xs, inertial) + jnp.diag(armature)
+        bias = rnea(joints, xs, inertial, gravity, qd, None)
         rhs = tau - offset - bias - self._friction(viscous, coulomb, qd)
         lower = cholesky(mass)
         return solve_triangular(lower.T, solve_triangular(lower, rhs, lower=True), lower=False)
 
     def _core_mass(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
         joints, xs = self._transforms(q, sincos)
-        return self._crba(joints, xs, inertial) + jnp.diag(armature)
+        return crba(joints, xs, inertial) + jnp.diag(armature)
 
     def _core_bias(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, sincos=None):
-        return self._rnea(*self._transforms(q, sincos), inertial, gravity, qd, None)
+        return rnea(*self._transforms(q, sincos), inertial, gravity, qd, None)
 
     def _core_coriolis(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, sincos=None):
-        return self._rnea(*self._transforms(q, sincos), inertial, jnp.zeros(3), qd, None)
+        return rnea(*self._transforms(q, sincos), inertial, jnp.zeros(3), qd, None)
 
     def _core_gravity(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
-        return self._rnea(*self._transforms(q, sincos), inertial, gravity, None, None)
+        return rnea(*self._transforms(q, sincos), inertial, gravity, None, None)
 
     def _core_potential(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
         s, c = (jnp.sin(q), jnp.cos(q)) if sincos is None else sincos(q)
@@ -585,7 +432,7 @@ class SerialArm(AbstractArm):
 
         def torque(theta):
             link, ia, fv, fc, off = _split(theta, n)
-            return self._rnea(joints, xs, link, gravity, qd, qdd) + ia * qdd + self._friction(fv, fc, qd) + off
+            return rnea(joints, xs, link, gravity, qd, qdd) + ia * qdd + self._friction(fv, fc, qd) + off
 
         return jax.jacfwd(torque)(jnp.zeros(14 * n))
 

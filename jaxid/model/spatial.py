@@ -1,0 +1,181 @@
+"""Spatial algebra and the rigid-body recursions of a serial chain (the kernels of ``SerialArm``).
+
+Spatial algebra in Featherstone's convention (*Rigid Body Dynamics Algorithms*, 2008): a motion
+vector is ``(ω, v)`` (angular velocity, linear velocity of the point at the frame origin), a force
+``(n, f)`` (moment about the origin, force), both 6-vectors in the coordinates of a link frame. The
+motion transform from the parent frame to link ``i`` is ``X_i = [[E, 0], [−E [p]×, E]]`` with ``E``
+the rotation from parent to link coordinates and ``p`` the link's origin in the parent frame; forces
+go back with ``X_iᵀ``. ``X_i`` is linear in ``(cos q_i, sin q_i)`` (revolute) or in ``q_i``
+(prismatic) with constant 6×6 coefficients computed from the static geometry at trace time, so a
+joint costs a few small matrix products (few operations to compile).
+
+Forces and inertias: a link's spatial inertia ``[[Ī, [h]×], [[h]×ᵀ, m 1]]`` is linear in its 10
+standard parameters ``[m, m cx, m cy, m cz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz]`` about its frame origin
+(``_INERTIA_BASIS``). ``rnea`` (recursive Newton–Euler) gives the rigid-body joint forces, ``crba``
+(composite rigid body algorithm) the rigid-body mass matrix, both for one arm and one state,
+unrolled over the joints at trace time; ``jaxid.model.serial`` adds armature, friction and offsets
+and batches them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+__all__ = ["Joint", "joint_constants", "rnea", "crba"]
+
+# -- spatial algebra: numpy constants, built at trace time from the static geometry -------------
+
+
+def _skew(a) -> np.ndarray:
+    """``[a]×``: ``[a]× b = a × b``."""
+    return np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]])
+
+
+def _plucker(rotation: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """Motion transform parent → child of a child frame with axes ``rotation`` (columns, in parent
+    coordinates) and origin ``origin`` (parent coordinates): ``[[E, 0], [−E [p]×, E]]``, ``E = Rᵀ``."""
+    x = np.zeros((6, 6))
+    x[:3, :3] = x[3:, 3:] = rotation.T
+    x[3:, :3] = -rotation.T @ _skew(origin)
+    return x
+
+
+def _blocks(m: np.ndarray) -> np.ndarray:
+    """``diag(m, m)``, 6×6."""
+    return np.kron(np.eye(2), m)
+
+
+def _crm(v: np.ndarray) -> np.ndarray:
+    """Motion cross-product matrix ``v×`` of ``v = (ω, u)``: ``[[ω×, 0], [u×, ω×]]``."""
+    x = np.zeros((6, 6))
+    x[:3, :3] = x[3:, 3:] = _skew(v[:3])
+    x[3:, :3] = _skew(v[3:])
+    return x
+
+
+#: ``v ×* = −(v×)ᵀ = Σ_j v_j _CRF[j]`` (force cross product as a constant bilinear form).
+_CRF = np.stack([-_crm(e).T for e in np.eye(6)])
+
+
+def _inertia_basis() -> np.ndarray:
+    """``B (10, 6, 6)``: the spatial inertia of the standard parameters ``θ`` is ``Σ_k θ_k B[k]``."""
+    basis = np.zeros((10, 6, 6))
+    basis[0, 3:, 3:] = np.eye(3)
+    for k in range(3):
+        h = np.eye(3)[k]
+        basis[1 + k, :3, 3:] = _skew(h)
+        basis[1 + k, 3:, :3] = _skew(h).T
+    for k, (i, j) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
+        basis[4 + k, :3, :3][i, j] = basis[4 + k, :3, :3][j, i] = 1.0
+    return basis
+
+
+_INERTIA_BASIS = _inertia_basis()
+
+
+class Joint(NamedTuple):
+    """Constants of one joint. Revolute: ``X(q) = x0 + cos q xc + sin q xs`` and the pose
+    ``T(q) = t0 + cos q tc + sin q ts`` (4×4, link in parent); prismatic: ``X = x0 + q xc``,
+    ``T = t0 + q tc`` (``xs``, ``ts`` unused). ``motion``: ``S`` (6,); ``bias``: ``−[S]×`` (so that
+    ``v × (S q') = (bias @ v) q'``)."""
+
+    revolute: bool
+    x0: np.ndarray
+    xc: np.ndarray
+    xs: np.ndarray
+    t0: np.ndarray
+    tc: np.ndarray
+    ts: np.ndarray
+    motion: np.ndarray
+    bias: np.ndarray
+
+
+def joint_constants(kind: str, axis, rotation, origin) -> Joint:
+    a, tree_r, tree_p = np.asarray(axis), np.asarray(rotation), np.asarray(origin)
+    tree = _plucker(tree_r, tree_p)
+    outer = np.outer(a, a)
+    zero4 = np.zeros((4, 4))
+    t0 = np.eye(4)
+    t0[:3, 3] = tree_p
+    if kind == "revolute":
+        # Rot(a, q) = a aᵀ + cos q (1 − a aᵀ) + sin q [a]×; X = diag(Rotᵀ, Rotᵀ) X_tree.
+        t0[:3, :3] = tree_r @ outer
+        tc, ts = zero4.copy(), zero4.copy()
+        tc[:3, :3] = tree_r @ (np.eye(3) - outer)
+        ts[:3, :3] = tree_r @ _skew(a)
+        x0, xc, xs = _blocks(outer) @ tree, _blocks(np.eye(3) - outer) @ tree, -_blocks(_skew(a)) @ tree
+        motion = np.concatenate([a, np.zeros(3)])
+    else:
+        # X = plucker(1, q a) X_tree = X_tree + q [[0, 0], [−[a]×, 0]] X_tree.
+        t0[:3, :3] = tree_r
+        tc, ts = zero4.copy(), zero4
+        tc[:3, 3] = tree_r @ a
+        shift = np.zeros((6, 6))
+        shift[3:, :3] = -_skew(a)
+        x0, xc, xs = tree, shift @ tree, np.zeros((6, 6))
+        motion = np.concatenate([np.zeros(3), a])
+    return Joint(kind == "revolute", x0, xc, xs, t0, tc, ts, motion, -_crm(motion))
+
+
+# -- the recursions: one arm, one state (unbatched) -------------------------------------------
+
+
+def rnea(
+    joints: list[Joint],
+    xs: list[Array],
+    inertial: Array,
+    gravity: Array,
+    qd: Array | None,
+    qdd: Array | None,
+) -> Array:
+    """Rigid-body joint forces ``(n,)`` by recursive Newton–Euler; ``None`` velocities or
+    accelerations are zero (their terms are left out)."""
+    inertias = jnp.tensordot(inertial, _INERTIA_BASIS, axes=1)  # (n, 6, 6)
+    v = None
+    acc = jnp.concatenate([jnp.zeros(3), -gravity])  # gravity as a base acceleration
+    forces = []
+    for i, joint in enumerate(joints):
+        acc = xs[i] @ acc
+        if qdd is not None:
+            acc = acc + joint.motion * qdd[i]
+        if qd is not None:
+            v = joint.motion * qd[i] if v is None else xs[i] @ v + joint.motion * qd[i]
+            acc = acc + (joint.bias @ v) * qd[i]
+        force = inertias[i] @ acc
+        if v is not None:
+            force = force + jnp.tensordot(v, _CRF, axes=1) @ (inertias[i] @ v)
+        forces.append(force)
+    tau = [None] * len(joints)
+    child = None
+    for i in range(len(joints) - 1, -1, -1):
+        force = forces[i] if child is None else forces[i] + child
+        tau[i] = joints[i].motion @ force
+        child = xs[i].T @ force
+    return jnp.stack(tau)
+
+
+def crba(joints: list[Joint], xs: list[Array], inertial: Array) -> Array:
+    """Rigid-body mass matrix ``(n, n)`` by the composite rigid body algorithm.
+
+    Composite inertias ``Ic_{i−1} += X_iᵀ Ic_i X_i``; the forces ``Ic_i S_i`` of all columns are carried
+    towards the base together (a 6×n matrix whose column ``i ≥ j`` is column ``i``'s force in link
+    ``j``), so that row ``j`` of the upper triangle is ``S_jᵀ F_j``.
+    """
+    n = len(joints)
+    inertias = jnp.tensordot(inertial, _INERTIA_BASIS, axes=1)
+    composite = [inertias[i] for i in range(n)]
+    for i in range(n - 1, 0, -1):
+        composite[i - 1] = composite[i - 1] + xs[i].T @ composite[i] @ xs[i]
+    unit = np.eye(n)
+    rows = [None] * n
+    forces = None
+    for j in range(n - 1, -1, -1):
+        column = jnp.outer(composite[j] @ joints[j].motion, unit[j])
+        forces = column if forces is None else xs[j + 1].T @ forces + column
+        rows[j] = joints[j].motion @ forces
+    upper = jnp.stack(rows)
+    return upper + upper.T - jnp.diag(jnp.diag(upper))
