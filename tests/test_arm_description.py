@@ -16,15 +16,8 @@ import yaml
 
 from jaxid.config import ConfigError, load_experiment, parse_experiment
 from jaxid.model import double_pendulum, point_mass, table1
-from jaxid.model.description import (
-    PRESETS,
-    arm_from_description,
-    arm_preset,
-    describe_arm,
-    load_parameters,
-    resolve_description,
-    save_parameters,
-)
+from jaxid.model.arm_table import PRESETS, arm_preset, describe_arm
+from jaxid.model.description import arm_from_description, load_parameters, resolve_description, save_parameters
 from jaxid.study import build_arm
 
 ROOT = Path(__file__).parent.parent

@@ -193,7 +193,7 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
 
 def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
     """The arm of ``[arm]`` and the reference arm of ``fit.reference`` (same known geometry), checked."""
-    from ..model.description import PRESETS, arm_from_description, load_parameters
+    from ..model import PRESETS, arm_from_description, load_parameters
 
     table = raw.get(_ARM)
     if table is None:

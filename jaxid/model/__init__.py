@@ -26,8 +26,9 @@ parameter is a JAX array leaf, so a sweep over parameter values never recompiles
 """
 
 from .arm import TwoLinkArm
+from .arm_table import PRESETS, arm_preset, describe_arm
 from .base_parameters import BaseParameters, base_parameters, base_regressor
-from .description import PRESETS, arm_from_description, arm_preset, describe_arm, load_parameters, save_parameters
+from .description import arm_from_description, load_parameters, save_parameters
 from .dynamics import (
     arm_from_standard,
     coriolis_forces,
