@@ -318,7 +318,7 @@ def _check_keys(table: dict, where: str) -> None:
 
 
 def _validate_setting(v: dict, where: str) -> dict:
-    from .estimators import ESTIMATORS
+    from .estimators import ESTIMATORS, names_for
 
     for key, choices in _CHOICES.items():
         if v[key] not in choices:
@@ -397,6 +397,11 @@ def _validate_setting(v: dict, where: str) -> dict:
             raise ConfigError(
                 f"{where}.estimators: unknown estimator {name!r}; available: {sorted(ESTIMATORS)}.{did_you_mean(name, ESTIMATORS)}"
             )
+        if "record" not in ESTIMATORS[name].accepts():
+            raise ConfigError(
+                f"{where}.estimators: {name!r} fits measured logs (jaxid fit, benchmarks), not a study's simulated "
+                f"records; use one of {names_for('record')}."
+            )
     v["estimators"] = list(names)
     for name, options in v["estimator_options"].items():
         if name not in names:
@@ -449,6 +454,6 @@ def check_estimator_options(name: str, options: Any, where: str) -> None:
         if key in RUNNER_ARGUMENTS:
             raise ConfigError(f"{where}.{key}: set by the study from the setting, not an estimator option.")
     try:
-        check_options(name, options)
+        check_options(name, options, data="record")
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None

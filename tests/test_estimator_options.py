@@ -53,26 +53,39 @@ def data():
 # -- the class layer ------------------------------------------------------------------------------
 
 
+#: The classes that fit simulated records (the others fit logs only: jaxid.identification kernels).
+RECORD = {n: c for n, c in ESTIMATORS.items() if "record" in c.accepts()}
+#: Options whose class default is None, "the default of the data kind" (records: the function's).
+PER_DATA_DEFAULT = {"initial_covariance", "velocity_process_std"}
+
+
 def test_table_covers_the_registered_functions():
-    assert set(ESTIMATORS) == set(base.ESTIMATORS), "every registered estimator function needs a class"
-    for name, cls in ESTIMATORS.items():
+    assert set(RECORD) == set(base.ESTIMATORS), "every registered estimator function needs a class"
+    assert {n for n, c in ESTIMATORS.items() if c.function is None} == {
+        "idim_ls_bounded",
+        "idim_ls_consistent",
+        "output_error",
+    }
+    for name, cls in RECORD.items():
         assert issubclass(cls, AbstractEstimator) and cls.name == name
         assert cls.function is base.ESTIMATORS[name]
         assert jaxid.get_estimator(name) is cls.function  # the function API keeps working
         assert estimator_class(name) is cls
 
 
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("name", sorted(RECORD))
 def test_fields_are_the_function_options_with_its_defaults(name):
     # A new function option without a field (or a changed default) fails here.
     cls = ESTIMATORS[name]
     params = inspect.signature(cls.function).parameters
     options = {k: p.default for k, p in params.items() if k not in COMMON}
-    assert set(cls.option_names()) == set(options)
+    assert set(cls.data_options("record")) == set(options)
     default = cls().options()
     for key, value in options.items():
         if key == "measurement_offset":  # None: the noise mean given at call time, else 0
             assert default[key] is None and value == 0.0
+        elif key in PER_DATA_DEFAULT:  # None: left out of the call, so the function's default applies
+            assert default[key] is None and value is not None
         elif value is None:
             assert default[key] is None, key
         else:
@@ -80,11 +93,11 @@ def test_fields_are_the_function_options_with_its_defaults(name):
 
 
 def test_facts():
-    time_history = {n for n, c in ESTIMATORS.items() if c.history == "time"}
+    time_history = {n for n, c in RECORD.items() if c.history == "time"}
     assert time_history == {"rls", "ekf", "ukf"}
     assert {n for n, c in ESTIMATORS.items() if c.bound == "nonlinear"} == {"nonlinear_oe"}
-    noise_mean = {n for n, c in ESTIMATORS.items() if c.takes_noise_mean}
-    assert noise_mean == {n for n, c in ESTIMATORS.items() if "measurement_offset" in c.option_names()}
+    noise_mean = {n for n, c in RECORD.items() if c.takes_noise_mean}
+    assert noise_mean == {n for n, c in RECORD.items() if "measurement_offset" in c.option_names()}
     assert {c.model for c in ESTIMATORS.values()} == {"linearised", "nonlinear", "regressor"}
     assert ESTIMATORS["idim_ls"].model == "regressor" and ESTIMATORS["ekf"].model == "nonlinear"
 
@@ -205,7 +218,7 @@ VARIANTS = [
 
 def test_every_option_has_a_variant():
     covered = {(name, option) for name, _, option, _ in VARIANTS}
-    missing = [(n, o) for n, c in ESTIMATORS.items() for o in c.option_names() if (n, o) not in covered]
+    missing = [(n, o) for n, c in RECORD.items() for o in c.data_options("record") if (n, o) not in covered]
     assert not missing, f"add a VARIANTS entry for {missing}"
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..config import EXPERIMENT_KEYS as STUDY_EXPERIMENT_KEYS
 from ..config import ConfigError, Experiment, Setting, check_experiment_table, read_toml
+from ..estimators import names_for
 from ..types import did_you_mean
 
 __all__ = [
@@ -35,8 +36,9 @@ __all__ = [
     "parse_benchmark",
 ]
 
-#: Estimators the benchmark runs on an N-joint log (``jaxid.benchmark.trial``).
-BENCHMARK_ESTIMATORS = ("idim_ls", "idim_iv", "idim_ls_consistent", "rls", "output_error", "ekf", "ukf")
+#: Estimators the benchmark can run on an N-joint log (``jaxid.benchmark.trial``): every class of
+#: ``jaxid.estimators`` that takes logs.
+BENCHMARK_ESTIMATORS = tuple(names_for("log"))
 #: ``excitation``: a random feasible Fourier trajectory, or one designed by ``jaxid.trajectory_design``.
 EXCITATIONS = ("random", "bound", "condition")
 CONTROLLERS = ("pd", "computed_torque")

@@ -43,11 +43,9 @@ from ..closed_loop import (
     simulate_closed_loop_batch,
 )
 from ..config import Setting
-from ..consistency import consistent_least_squares
-from ..fit.model import BaseColumns
-from ..identification import filter_log, idim_iv, idim_ls, kalman_filter_fit, output_error
-from ..identification.idim import _stack, default_decimation, regression_rows
-from ..kalman import recursive_least_squares
+from ..estimators import IdimLS, make_estimator
+from ..fit.model import BaseColumns, nonnegative_names
+from ..identification import ConsistentMap, RegressionModel, filter_log
 from ..logs import MeasuredLog
 from ..model import SerialArm, base_parameters
 from ..study.sampling import setting_key, trial_key
@@ -61,6 +59,8 @@ __all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "E
 ESTIMATOR_DOC = {
     "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: σ̂² (WᵀW)⁻¹)",
     "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS",
+    "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
+    "formula at the bounded solution)",
     "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
     "(log-Cholesky, jaxid.consistency; regularised towards a prior with prior_error); std: IDIM-LS's",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
@@ -109,6 +109,23 @@ class BenchmarkPlan:
     heldout_truth: float  # torque RMSE of the true parameters on the validation run (model error)
     info: dict  # trajectory figures written to extras.json
     width: int  # trials per simulated chunk
+
+    @property
+    def model(self) -> RegressionModel:
+        """The estimators' model: the base columns, the sign rule of ``jaxid.fit.model``, the consistent map."""
+        columns = list(self.columns)
+
+        def to_model(standard):
+            return np.asarray(self.base.values(standard))[columns]
+
+        nonnegative = nonnegative_names(self.names, self.labels)
+        return RegressionModel(
+            self.regressor,
+            self.names,
+            None,
+            nonnegative,
+            ConsistentMap(self.nominal, self.standard, to_model, self.prior),
+        )
 
     @property
     def duration(self) -> float:
@@ -282,35 +299,6 @@ def _filtered(plan: BenchmarkPlan, run: dict, index: int):
     return filter_log(log, s["cutoff_hz"], trim_s=s["trim_s"])
 
 
-def _rls(plan: BenchmarkPlan, logs, ls):
-    """RLS over IDIM-LS's rows, weighted by its per-joint residual std (``ESTIMATOR_DOC``)."""
-    rows = regression_rows(logs, default_decimation(logs[0].sample_step, logs[0].cutoff_hz))
-    w, y = _stack(logs, plan.regressor, rows)
-    sigma = np.maximum(np.asarray(ls.residual_std), 1e-12)
-    w, y = w / sigma[None, :, None], y / sigma
-    scale = np.linalg.norm(w.reshape(-1, w.shape[-1]), axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
-    p = w.shape[-1]
-    theta, cov, _, _ = _compiled_rls(jnp.asarray(w / scale), jnp.asarray(y), jnp.zeros(p), 1e8 * jnp.eye(p))
-    theta = np.asarray(theta)
-    resid = y - np.einsum("njp,p->nj", w / scale, theta)
-    variance = np.sum(resid**2) / max(resid.size - p, 1)
-    return theta / scale, variance * np.asarray(cov) / np.outer(scale, scale), Status.SUCCESS
-
-
-_compiled_rls = jax.jit(recursive_least_squares)
-
-
-def _consistent(plan: BenchmarkPlan, logs, ls):
-    """IDIM-LS's rows over the consistent standard parameters; the base values of the result."""
-    rows = regression_rows(logs, default_decimation(logs[0].sample_step, logs[0].cutoff_hz))
-    w, y = _stack(logs, plan.standard, rows)
-    sigma = np.maximum(np.asarray(ls.residual_std), 1e-12)
-    est = consistent_least_squares(w / sigma[None, :, None], y / sigma, plan.nominal, prior=jnp.asarray(plan.prior))
-    theta = np.asarray(plan.base.values(est.standard))[list(plan.columns)]
-    return theta, np.asarray(ls.covariance), int(est.status)
-
-
 def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> list[dict]:
     """Rows ``{estimator, parameter, truth, estimate, std, status, seconds, cpu_seconds, heldout_rmse}`` of
     one trial (``index`` into the simulated ``run``): wall and process CPU seconds (all threads) of each
@@ -325,7 +313,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             logs = [_filtered(plan, run, index)]
-            ls = idim_ls(logs, plan.regressor, plan.names)
+            ls = IdimLS()(logs, plan.model)
             ls_status = "ok"
         except (ValueError, np.linalg.LinAlgError) as err:
             ls, ls_status = None, _failure(err)
@@ -343,8 +331,8 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             try:
-                value, cov, status = _estimate(e, plan, logs, ls)
-                label = _STATUS.get(status, f"status_{status}")
+                est = make_estimator(e)(logs, plan.model, start=ls)
+                value, cov, label = est.value, est.covariance, est.status
             except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
                 value, cov, label = None, None, _failure(err)
             out[e] = (value, cov, label, time.perf_counter() - t0, time.process_time() - c0)
@@ -379,9 +367,6 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
     return rows
 
 
-_STATUS = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations", int(Status.FAILED): "failed"}
-
-
 def _failure(err: Exception) -> str:
     text = str(err)
     if "rank" in text:
@@ -391,20 +376,3 @@ def _failure(err: Exception) -> str:
     if "singular" in text:
         return "singular"
     return "failed"
-
-
-def _estimate(name: str, plan: BenchmarkPlan, logs, ls):
-    """``(value, covariance, Status)`` of one estimator started from IDIM-LS (``ESTIMATOR_DOC``)."""
-    if name == "idim_iv":
-        est = idim_iv(logs, plan.regressor, plan.names, start=ls)
-    elif name == "output_error":
-        est = output_error(logs, plan.regressor, plan.names, start=ls)
-    elif name in ("ekf", "ukf"):
-        est = kalman_filter_fit(logs, plan.regressor, plan.names, start=ls, kind=name)
-    elif name == "rls":
-        return _rls(plan, logs, ls)
-    elif name == "idim_ls_consistent":
-        return _consistent(plan, logs, ls)
-    else:  # pragma: no cover - the config refuses other names
-        raise ValueError(f"unknown benchmark estimator {name!r}")
-    return est.value, est.covariance, Status.SUCCESS

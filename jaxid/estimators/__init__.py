@@ -1,4 +1,6 @@
-"""Estimators: one module each, all with the interface of ``base``."""
+"""Estimators: one module each for simulated records, all with the interface of ``base``; and the
+estimator classes (``interface``): one equinox class per estimator, called on a simulated record or
+on measured logs (``jaxid.identification`` holds the log-side kernels)."""
 
 from .base import (
     CONVERGED,
@@ -75,11 +77,15 @@ from .interface import (  # noqa: E402
     EquationError,
     IdimIV,
     IdimLS,
+    IdimLSBounded,
+    IdimLSConsistent,
     NonlinearOutputError,
+    OutputError,
     Paper,
     check_options,
     estimator_class,
     make_estimator,
+    names_for,
 )
 
 __all__ += [
@@ -90,10 +96,14 @@ __all__ += [
     "NonlinearOutputError",
     "RLS",
     "IdimLS",
+    "IdimLSBounded",
+    "IdimLSConsistent",
     "IdimIV",
     "EKF",
     "UKF",
+    "OutputError",
     "estimator_class",
     "make_estimator",
     "check_options",
+    "names_for",
 ]

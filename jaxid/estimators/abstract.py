@@ -1,7 +1,10 @@
-"""The estimator base class: options as fields, facts as class variables, one call signature.
+"""The estimator base class: options as fields, facts as class variables, one class per estimator.
 
 ``AbstractEstimator`` (an ``equinox.Module``) is what every estimator class of
-``jaxid.estimators.interface`` derives from; the package docstring there describes the design.
+``jaxid.estimators.interface`` derives from; the module docstring there describes the design. An
+estimator is one class whatever the data came from: called on a simulated ``Record`` it runs its
+record function (``function``), called on measured logs (``FilteredLog``\s) its log function
+(``log_function``); options that apply to one kind of data only are refused on the other.
 This module holds the base class, the field helpers that make an option traced (an array leaf) or
 static, and the type checks of static options (the one-line errors of ``check_options``).
 """
@@ -13,17 +16,22 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
+from ..identification.data import FilteredLog
+from ..identification.idim import Identification
+from ..identification.model import RegressionModel
 from .base import Estimate
 
 __all__ = [
     "AbstractEstimator",
+    "Data",
+    "is_logs",
     "Model",
     "History",
     "Bound",
@@ -38,6 +46,15 @@ __all__ = [
 Model = Literal["linearised", "nonlinear", "regressor"]
 History = Literal["none", "time", "iterations"]
 Bound = Literal["linear", "nonlinear"]
+#: The two kinds of data an estimator takes: a simulated periodic ``Record`` or measured logs.
+Data = Literal["record", "log"]
+
+
+def is_logs(data) -> bool:
+    """Whether ``data`` is measured logs: a ``FilteredLog`` or a non-empty sequence of them."""
+    if isinstance(data, FilteredLog):
+        return True
+    return isinstance(data, (list, tuple)) and len(data) > 0 and all(isinstance(d, FilteredLog) for d in data)
 
 
 def _array(x: ArrayLike) -> Array:
@@ -84,16 +101,25 @@ class AbstractEstimator(eqx.Module):
             ``noise_mean`` (subtracted from the angles) when known.
         uses_noise_std: it uses ``noise_std`` when given (else estimates what it needs).
         needs_whole_periods: the record must be whole periods (with the default options).
+        log_function: the function it runs on logs (``None``: records only), ``(logs, regressor,
+            names, **options) -> Identification``; ``function`` is ``None`` for one of logs only.
+        log_options: the options that apply on logs (the others apply to records only).
+        log_only: the options that apply on logs only (refused on records when set).
+        starts_from: on logs, the estimate it starts from (``"idim_ls"``) or ``None``.
     """
 
     name: eqx.AbstractClassVar[str]
-    function: eqx.AbstractClassVar[Callable[..., Estimate]]
+    function: eqx.AbstractClassVar[Callable[..., Estimate] | None]
     model: eqx.AbstractClassVar[Model]
     history: eqx.AbstractClassVar[History]
     bound: eqx.AbstractClassVar[Bound]
     takes_noise_mean: eqx.AbstractClassVar[bool]
     uses_noise_std: eqx.AbstractClassVar[bool]
     needs_whole_periods: eqx.AbstractClassVar[bool]
+    log_function: ClassVar[Callable[..., Identification] | None] = None
+    log_options: ClassVar[tuple[str, ...]] = ()
+    log_only: ClassVar[tuple[str, ...]] = ()
+    starts_from: ClassVar[str | None] = None
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
@@ -107,11 +133,76 @@ class AbstractEstimator(eqx.Module):
         """The options (constructor arguments) of this estimator, in order."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
+    @classmethod
+    def accepts(cls) -> tuple[Data, ...]:
+        """The kinds of data it takes: ``("record",)``, ``("log",)`` or both."""
+        return tuple(k for k, f in (("record", cls.function), ("log", cls.log_function)) if f is not None)
+
+    @classmethod
+    def data_options(cls, data: Data) -> tuple[str, ...]:
+        """The options that apply to ``data``."""
+        if data == "log":
+            return cls.log_options
+        return tuple(n for n in cls.option_names() if n not in cls.log_only)
+
     def options(self) -> dict[str, Any]:
-        """The options as keyword arguments of ``function``."""
+        """All options, by name."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def __call__(
+    def _applicable(self, data: Data) -> dict[str, Any]:
+        """The options for ``data``; raises ``ValueError`` if one of the other kind is set or the
+        estimator does not take ``data``. ``None`` values are left out (the function's default)."""
+        cls = type(self)
+        if data not in cls.accepts():
+            takes = "measured logs" if data == "record" else "simulated records"
+            raise ValueError(
+                f"Estimator {cls.name!r} fits {takes} only, not {'a record' if data == 'record' else 'logs'}; "
+                f"estimators for {data}s: {names_for(data)}."
+            )
+        keep = cls.data_options(data)
+        defaults = cls()
+        for name, value in self.options().items():
+            if name not in keep and _is_set(value, getattr(defaults, name)):
+                where = "logs" if name in cls.log_only else "simulated records"
+                raise ValueError(
+                    f"Estimator {cls.name!r}: option {name!r} applies to {where} only; on {data}s its options are "
+                    f"{', '.join(keep) or 'none'}."
+                )
+        return {k: v for k, v in self.options().items() if k in keep and v is not None}
+
+    def __call__(self, data, *args, **kwargs):
+        """``estimator(record, excitation, nominal, *, unknowns, …) -> Estimate`` on a simulated record
+        (``fit_record``) or ``estimator(logs, model, *, start=None) -> Identification`` on measured logs
+        (``fit_logs``), chosen by the type of ``data``."""
+        if is_logs(data):
+            return self.fit_logs(data, *args, **kwargs)
+        return self.fit_record(data, *args, **kwargs)
+
+    def fit_logs(self, logs, model: RegressionModel, *, start: Identification | None = None) -> Identification:
+        """Estimate ``model``'s parameters from filtered logs (``jaxid.identification.filter_log``).
+
+        Args:
+            logs: a ``FilteredLog`` or a sequence of them (same model and sample step).
+            model: the ``RegressionModel`` (regressor, names, known torque, constraints).
+            start: the estimate it starts from where ``starts_from`` is set (default: computed,
+                IDIM-LS with default options).
+
+        Raises ``ValueError`` as the log function does (rank deficiency, divergence) and for an
+        option that applies to records only.
+        """
+        options = self._applicable("log")
+        logs = [logs] if isinstance(logs, FilteredLog) else list(logs)
+        if type(self).starts_from is not None and start is None:
+            start = make_estimator(type(self).starts_from).fit_logs(logs, model)
+        return self._fit_logs(logs, model, start, options)
+
+    def _fit_logs(self, logs, model: RegressionModel, start, options: dict[str, Any]) -> Identification:
+        """The log function's call (a class overrides it to translate its options)."""
+        if start is not None:
+            options["start"] = start
+        return type(self).log_function(logs, model.regressor, model.names, known=model.known, **options)
+
+    def fit_record(
         self,
         record,
         excitation,
@@ -137,15 +228,39 @@ class AbstractEstimator(eqx.Module):
                 ``takes_noise_mean`` unless the ``measurement_offset`` option is set; ignored by
                 the others.
 
-        Returns the function's ``Estimate``. Raises ``ValueError`` as the function does.
+        Returns the function's ``Estimate``. Raises ``ValueError`` as the function does, and for an
+        option that applies to logs only.
         """
-        options = self.options()
+        options = self._applicable("record")
         unknowns = (unknowns,) if isinstance(unknowns, str) else tuple(unknowns)
         if self.takes_noise_mean and options.get("measurement_offset") is None:
             options["measurement_offset"] = 0.0 if noise_mean is None else noise_mean
         return type(self).function(
             record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std, **options
         )
+
+
+def _is_set(value, default) -> bool:
+    """Whether an option differs from its default (arrays compared by value)."""
+    if value is None or default is None:
+        return value is not default
+    try:
+        return not bool(np.all(np.asarray(value) == np.asarray(default)))
+    except (TypeError, ValueError):
+        return True
+
+
+def names_for(data: Data) -> list[str]:
+    """The names of the estimators that take ``data``."""
+    from .interface import ESTIMATORS
+
+    return sorted(n for n, c in ESTIMATORS.items() if data in c.accepts())
+
+
+def make_estimator(name: str, options=None):
+    from .interface import make_estimator as make
+
+    return make(name, options)
 
 
 @functools.cache

@@ -39,8 +39,22 @@ from typing import Any, ClassVar, Literal
 
 from jaxtyping import Array
 
+from ..identification import idim_iv as log_idim_iv
+from ..identification import idim_ls as log_idim_ls
+from ..identification import idim_ls_consistent, idim_rls, kalman_filter_fit, output_error
+from ..identification.idim import Identification
 from ..types import did_you_mean
-from .abstract import AbstractEstimator, Bound, History, Model, option_choices, option_hints, option_type_error
+from .abstract import (
+    AbstractEstimator,
+    Bound,
+    Data,
+    History,
+    Model,
+    names_for,
+    option_choices,
+    option_hints,
+    option_type_error,
+)
 from .abstract import static_float_option as _static_float
 from .abstract import static_option as _static
 from .abstract import traced_option as _traced
@@ -60,10 +74,14 @@ __all__ = [
     "NonlinearOutputError",
     "RLS",
     "IdimLS",
+    "IdimLSBounded",
+    "IdimLSConsistent",
     "IdimIV",
     "EKF",
     "UKF",
+    "OutputError",
     "ESTIMATORS",
+    "names_for",
     "estimator_class",
     "make_estimator",
     "check_options",
@@ -74,6 +92,7 @@ SpectralWeighting = Literal["pooled", "per_line"]
 Derivative = Literal["fourier", "butterworth"]
 Keep = Literal["excited", "band", "detected"]
 RegressionWeighting = Literal["none", "joint"]
+Constraint = Literal["none", "sign", "consistent"]
 StartEstimator = Literal["ml", "equation_error", "paper", "idim_ls", "idim_iv", "rls", "ekf", "ukf"]
 
 
@@ -163,7 +182,16 @@ class NonlinearOutputError(AbstractEstimator):
 
 
 class _AbstractRegression(AbstractEstimator):
-    """Options shared by the inverse-dynamics regression estimators (``jaxid.estimators.rls``)."""
+    """Options shared by the inverse-dynamics regression estimators (``jaxid.estimators.rls`` on
+    records, ``jaxid.identification.idim`` on logs). On logs ``weighting`` applies (``"joint"``:
+    Gautier's per-joint weighting by the residual std) and ``decimate`` (the row stride, default
+    ``⌊f_s/(4 f_c)⌋``); the derivative options do not (a log is filtered by ``filter_log``)."""
+
+    model: ClassVar[Model] = "regressor"
+    bound: ClassVar[Bound] = "linear"
+    takes_noise_mean: ClassVar[bool] = True
+    needs_whole_periods: ClassVar[bool] = True
+    log_only: ClassVar[tuple[str, ...]] = ("decimate",)
 
     measurement_offset: Array | None = _traced(None)
     derivative: Derivative = _static("fourier")
@@ -172,64 +200,117 @@ class _AbstractRegression(AbstractEstimator):
     order: int = _static(4)
     threshold: float = _static_float(10.0)
     weighting: RegressionWeighting = _static("joint")
+    decimate: int | None = _static(None)
 
 
 class IdimLS(_AbstractRegression):
-    """IDIM-LS: batch least squares of the inverse-dynamics regression (``idim_ls``)."""
+    """IDIM-LS: batch least squares of the inverse-dynamics regression (``idim_ls``).
+
+    ``constraint`` (logs only): ``"none"``; ``"sign"`` — bounded least squares with the model's
+    ``nonnegative`` parameters ``≥ 0``; ``"consistent"`` — IDIM-LS's weighted rows fitted over
+    physically consistent standard parameters (``jaxid.consistency``, log-Cholesky, no SDP solver;
+    needs the model's ``ConsistentMap``; covariance reported: IDIM-LS's).
+    """
 
     name: ClassVar[str] = "idim_ls"
-    function: ClassVar[Callable[..., Estimate]] = staticmethod(idim_ls)
-    model: ClassVar[Model] = "regressor"
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(idim_ls)
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(log_idim_ls)
     history: ClassVar[History] = "none"
-    bound: ClassVar[Bound] = "linear"
-    takes_noise_mean: ClassVar[bool] = True
     uses_noise_std: ClassVar[bool] = False
-    needs_whole_periods: ClassVar[bool] = True
+    log_options: ClassVar[tuple[str, ...]] = ("weighting", "decimate", "constraint")
+    log_only: ClassVar[tuple[str, ...]] = ("decimate", "constraint")
+
+    constraint: Constraint = _static("none")
+
+    def _fit_logs(self, logs, model, start, options):
+        weighted = options.pop("weighting") == "joint"
+        constraint = options.pop("constraint")
+        if constraint == "consistent":
+            if model.consistent is None:
+                raise ValueError(
+                    f'{self.name}: constraint "consistent" needs a model of an arm\'s base parameters with all of them '
+                    'free (RegressionModel.consistent); use constraint "sign" or "none".'
+                )
+            if start is None:
+                start = log_idim_ls(logs, model.regressor, model.names, known=model.known, **options)
+            return idim_ls_consistent(logs, model.consistent, model.names, start=start, known=model.known, **options)
+        bounds = model.sign_bounds() if constraint == "sign" else None
+        return log_idim_ls(
+            logs, model.regressor, model.names, weighted=weighted, bounds=bounds, known=model.known, **options
+        )
+
+
+class IdimLSBounded(IdimLS):
+    """IDIM-LS with the sign-constrained parameters ``≥ 0`` (``IdimLS(constraint="sign")``), logs only."""
+
+    name: ClassVar[str] = "idim_ls_bounded"
+    function: ClassVar[Callable[..., Estimate] | None] = None
+
+    constraint: Constraint = _static("sign")
+
+
+class IdimLSConsistent(IdimLS):
+    """Physically consistent IDIM-LS (``IdimLS(constraint="consistent")``), logs only."""
+
+    name: ClassVar[str] = "idim_ls_consistent"
+    function: ClassVar[Callable[..., Estimate] | None] = None
+
+    constraint: Constraint = _static("consistent")
 
 
 class RLS(_AbstractRegression):
-    """Recursive least squares on the inverse-dynamics regression (``rls``).
+    """Recursive least squares on the inverse-dynamics regression (``rls``; on logs ``idim_rls``
+    over IDIM-LS's weighted rows, columns scaled to unit norm, started at 0).
 
     Traced: ``forgetting``, ``initial_covariance``, ``initial_guess``, ``initial_factor``,
-    ``measurement_offset``.
+    ``measurement_offset``. ``initial_covariance`` defaults to 1e6 on records and 1e8 (scaled
+    units) on logs.
     """
 
     name: ClassVar[str] = "rls"
-    function: ClassVar[Callable[..., Estimate]] = staticmethod(rls)
-    model: ClassVar[Model] = "regressor"
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(rls)
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(idim_rls)
     history: ClassVar[History] = "time"
-    bound: ClassVar[Bound] = "linear"
-    takes_noise_mean: ClassVar[bool] = True
     uses_noise_std: ClassVar[bool] = False
-    needs_whole_periods: ClassVar[bool] = True
+    log_options: ClassVar[tuple[str, ...]] = ("forgetting", "initial_covariance", "decimate")
+    starts_from: ClassVar[str | None] = "idim_ls"
 
     forgetting: Array = _traced(1.0)
-    initial_covariance: Array = _traced(1e6)
+    initial_covariance: Array | None = _traced(None)
     initial_guess: Array | None = _traced(None)
     initial_factor: Array = _traced(1.3)
     history_points: int = _static(200)
 
+    def _fit_logs(self, logs, model, start, options):
+        options = {k: float(v) if k != "decimate" else v for k, v in options.items()}
+        return idim_rls(logs, model.regressor, model.names, start=start, known=model.known, **options)
+
 
 class IdimIV(_AbstractRegression):
-    """IDIM-IV: instrumental variables from the simulated steady state (``idim_iv``)."""
+    """IDIM-IV: instrumental variables (``idim_iv``): on records from the simulated steady state, on
+    logs from simulations of the estimate restarted from the filtered state every ``segment_s``."""
 
     name: ClassVar[str] = "idim_iv"
-    function: ClassVar[Callable[..., Estimate]] = staticmethod(idim_iv)
-    model: ClassVar[Model] = "regressor"
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(idim_iv)
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(log_idim_iv)
     history: ClassVar[History] = "none"
-    bound: ClassVar[Bound] = "linear"
-    takes_noise_mean: ClassVar[bool] = True
     uses_noise_std: ClassVar[bool] = True
-    needs_whole_periods: ClassVar[bool] = True
+    log_options: ClassVar[tuple[str, ...]] = ("iterations", "segment_s", "decimate")
+    log_only: ClassVar[tuple[str, ...]] = ("segment_s", "decimate")
+    starts_from: ClassVar[str | None] = "idim_ls"
 
     iterations: int = _static(3)
     covariance: Literal["delta", "white"] = _static("delta")
     substeps: int = _static(1)
     newton_iterations: int = _static(20)
+    segment_s: float = _static_float(0.5)
 
 
 class _AbstractArmFilter(AbstractEstimator):
-    """Options shared by the Kalman filters on the augmented state ``(q, q', θ)`` (``ekf``)."""
+    """Options shared by the Kalman filters on the augmented state ``(q, q', θ)`` (``ekf`` on records,
+    ``kalman_filter_fit`` on logs). ``velocity_process_std`` defaults to 1e-4 on records (the exact
+    model) and 0.01 on logs (model error); ``measurement_std`` (logs only) defaults to the logs'
+    own angle noise."""
 
     model: ClassVar[Model] = "nonlinear"
     history: ClassVar[History] = "time"
@@ -237,15 +318,26 @@ class _AbstractArmFilter(AbstractEstimator):
     takes_noise_mean: ClassVar[bool] = True
     uses_noise_std: ClassVar[bool] = True
     needs_whole_periods: ClassVar[bool] = False
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(kalman_filter_fit)
+    log_options: ClassVar[tuple[str, ...]] = ("measurement_std", "velocity_process_std", "initial_relative_std")
+    log_only: ClassVar[tuple[str, ...]] = ("measurement_std",)
+    starts_from: ClassVar[str | None] = "idim_ls"
 
     measurement_offset: Array | None = _traced(None)
     initial_guess: Array | None = _traced(None)
     initial_factor: Array = _traced(1.3)
     initial_relative_std: Array = _traced(0.3)
     initial_velocity_std: Array = _traced(5.0)
-    velocity_process_std: Array = _traced(1e-4)
+    velocity_process_std: Array | None = _traced(None)
     parameter_process_std: Array = _traced(0.0)
     history_points: int = _static(200)
+    measurement_std: float | None = _static(None)
+
+    def _fit_logs(self, logs, model, start, options):
+        options = {k: float(v) for k, v in options.items()}
+        return kalman_filter_fit(
+            logs, model.regressor, model.names, start=start, kind=self.name, known=model.known, **options
+        )
 
 
 class EKF(_AbstractArmFilter):
@@ -256,23 +348,61 @@ class EKF(_AbstractArmFilter):
     """
 
     name: ClassVar[str] = "ekf"
-    function: ClassVar[Callable[..., Estimate]] = staticmethod(ekf)
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(ekf)
 
 
 class UKF(_AbstractArmFilter):
-    """Unscented Kalman filter, otherwise as ``EKF`` (``ukf``); ``alpha, beta, kappa`` are static."""
+    """Unscented Kalman filter, otherwise as ``EKF`` (``ukf``); ``alpha, beta, kappa`` are static
+    (records only: on logs the filter's defaults)."""
 
     name: ClassVar[str] = "ukf"
-    function: ClassVar[Callable[..., Estimate]] = staticmethod(ukf)
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(ukf)
 
     alpha: float = _static_float(1.0)
     beta: float = _static_float(2.0)
     kappa: float = _static_float(0.0)
 
 
+class OutputError(AbstractEstimator):
+    """Multiple-shooting output error on measured angles (``jaxid.identification.output_error``),
+    logs only; on simulated periodic records the output error is ``nonlinear_oe``."""
+
+    name: ClassVar[str] = "output_error"
+    function: ClassVar[Callable[..., Estimate] | None] = None
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(output_error)
+    model: ClassVar[Model] = "nonlinear"
+    history: ClassVar[History] = "none"
+    bound: ClassVar[Bound] = "linear"
+    takes_noise_mean: ClassVar[bool] = False
+    uses_noise_std: ClassVar[bool] = False
+    needs_whole_periods: ClassVar[bool] = False
+    log_options: ClassVar[tuple[str, ...]] = ("segment_s", "stride", "continuity_weight", "max_iterations")
+    log_only: ClassVar[tuple[str, ...]] = log_options
+    starts_from: ClassVar[str | None] = "idim_ls"
+
+    segment_s: float = _static_float(0.5)
+    stride: int = _static(5)
+    continuity_weight: float = _static_float(100.0)
+    max_iterations: int = _static(30)
+
+
 #: Name → estimator class: the names experiment files, the study runner and the CLI use.
 ESTIMATORS: dict[str, type[AbstractEstimator]] = {
-    cls.name: cls for cls in (Paper, EquationError, ML, NonlinearOutputError, RLS, IdimLS, IdimIV, EKF, UKF)
+    cls.name: cls
+    for cls in (
+        Paper,
+        EquationError,
+        ML,
+        NonlinearOutputError,
+        RLS,
+        IdimLS,
+        IdimLSBounded,
+        IdimLSConsistent,
+        IdimIV,
+        EKF,
+        UKF,
+        OutputError,
+    )
 }
 
 
@@ -296,16 +426,24 @@ def make_estimator(name: str, options: Mapping[str, Any] | None = None) -> Abstr
     return ESTIMATORS[name](**options)
 
 
-def check_options(name: str, options: Mapping[str, Any]) -> None:
+def check_options(name: str, options: Mapping[str, Any], data: Data | None = None) -> None:
     """Check ``options`` of estimator ``name`` as ``make_estimator`` does, without building it
-    (no JAX array is created: safe while parsing a configuration). Raises ``ValueError``."""
+    (no JAX array is created: safe while parsing a configuration). With ``data`` (``"record"`` or
+    ``"log"``) also check that the estimator takes that data and each option applies to it.
+    Raises ``ValueError``."""
     cls = estimator_class(name)
-    allowed = cls.option_names()
+    if data is not None and data not in cls.accepts():
+        raise ValueError(
+            f"Estimator {name!r} does not fit {'simulated records' if data == 'record' else 'measured logs'}; "
+            f"those that do: {names_for(data)}.{did_you_mean(name, names_for(data))}"
+        )
+    allowed = cls.option_names() if data is None else cls.data_options(data)
     for key, value in options.items():
         if key not in allowed:
             listed = ", ".join(allowed) if allowed else "none"
+            where = "" if data is None or len(cls.accepts()) == 1 else f" on {data}s"
             raise ValueError(
-                f"Estimator {name!r} has no option {key!r}; its options: {listed}.{did_you_mean(key, allowed)}"
+                f"Estimator {name!r} has no option {key!r}{where}; its options{where}: {listed}.{did_you_mean(key, allowed)}"
             )
         hint = option_hints(cls)[key]
         error = option_type_error(hint, value)

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..estimators import check_options, names_for
 from ..types import did_you_mean
 
 __all__ = ["ESTIMATOR_NAMES", "URDF_KEYS", "FitConfig", "parse_fit_config", "load_fit_config", "config_error"]
 
-ESTIMATOR_NAMES = ("idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf", "ukf")
+#: The estimators a fit can use: every class of ``jaxid.estimators`` that takes logs.
+ESTIMATOR_NAMES = tuple(names_for("log"))
 
 _SECTIONS: dict[str, dict[str, Any]] = {
     "fit": {
@@ -49,15 +51,6 @@ _SECTIONS: dict[str, dict[str, Any]] = {
     "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
     "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "idim_ls", "band_hz": 10.0},
     "frequency": {"harmonics": 5, "min_share": 0.5},
-}
-
-_ESTIMATOR_OPTIONS: dict[str, dict[str, Any]] = {
-    "idim_ls": {"decimate": None, "weighted": True},
-    "idim_ls_bounded": {"decimate": None, "weighted": True},
-    "idim_iv": {"iterations": 3, "segment_s": 0.5, "decimate": None},
-    "output_error": {"segment_s": 0.5, "stride": 5, "continuity_weight": 100.0, "max_iterations": 30},
-    "ekf": {"measurement_std": None, "velocity_process_std": 0.01, "initial_relative_std": 0.3},
-    "ukf": {"measurement_std": None, "velocity_process_std": 0.01, "initial_relative_std": 0.3},
 }
 
 #: The table of the arm (``jaxid.model.description.arm_from_description``): checked there.
@@ -127,20 +120,19 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
             raise config_error(f"[{section}] must be a table.")
         out = dict(defaults)
         for key, value in given.items():
-            if section == "estimators" and key in _ESTIMATOR_OPTIONS:
+            if section == "estimators" and key in ESTIMATOR_NAMES:
+                # The options of the estimator's class on logs (jaxid.estimators), checked as its constructor's.
                 if not isinstance(value, dict):
                     raise config_error(f"estimators.{key} must be a table of options.")
-                opts = dict(_ESTIMATOR_OPTIONS[key])
-                for k, v in value.items():
-                    if k not in opts:
-                        raise config_error(
-                            f"unknown key 'estimators.{key}.{k}'; allowed: {list(opts)}.{did_you_mean(k, opts)}"
-                        )
-                    opts[k] = v
-                out[key] = opts
+                for option, setting in value.items():
+                    try:
+                        check_options(key, {option: setting}, data="log")
+                    except ValueError as err:
+                        raise config_error(f"estimators.{key}.{option}: {err}") from None
+                out[key] = dict(value)
                 continue
             if key not in defaults:
-                allowed = list(defaults) + (list(_ESTIMATOR_OPTIONS) if section == "estimators" else [])
+                allowed = list(defaults) + (list(ESTIMATOR_NAMES) if section == "estimators" else [])
                 raise config_error(f"unknown key '{section}.{key}'; allowed: {allowed}.{did_you_mean(key, allowed)}")
             out[key] = value
         resolved[section] = out
@@ -165,7 +157,7 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
             raise config_error(
                 f"unknown estimator {name!r} in estimators.use; allowed: {list(ESTIMATOR_NAMES)}.{did_you_mean(name, ESTIMATOR_NAMES)}"
             )
-        resolved["estimators"].setdefault(name, dict(_ESTIMATOR_OPTIONS[name]))
+        resolved["estimators"].setdefault(name, {})
     if "idim_ls" not in use:
         use.insert(0, "idim_ls")  # every other estimator starts from it
     flt = resolved["filter"]
@@ -187,8 +179,23 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     base_dir = path.parent if path is not None else Path.cwd()
     data_dir = Path(data) if data is not None else (base_dir / fit["data"])
     arm, reference = _arms(raw, fit["reference"], base_dir)
+    _check_consistent(resolved, arm)
     resolved[_ARM] = dict(raw.get(_ARM, {}))
     return FitConfig(fit["name"], path, data_dir, resolved, arm, reference)
+
+
+def _check_consistent(resolved: dict[str, Any], arm) -> None:
+    """The physically consistent fit needs an arm of standard parameters (a URDF) with every base parameter free."""
+    from ..model import SerialArm
+
+    est = resolved["estimators"]
+    wanted = [n for n in est["use"] if n == "idim_ls_consistent" or est.get(n, {}).get("constraint") == "consistent"]
+    fit = resolved["fit"]
+    if wanted and (not isinstance(arm, SerialArm) or fit["fixed"] or fit["unknowns"] != "base"):
+        raise config_error(
+            f"estimators {wanted}: the consistent fit needs an [arm] urdf (its links' standard parameters) and "
+            'fit.unknowns = "base" with nothing in fit.fixed; drop them or use idim_ls_bounded.'
+        )
 
 
 def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
@@ -341,6 +348,8 @@ _NUMERIC_RULES: dict[str, str] = {
     "measurement_std": "positive",
     "velocity_process_std": "positive",
     "initial_relative_std": "positive",
+    "forgetting": "fraction",
+    "initial_covariance": "positive",
 }
 
 
@@ -362,7 +371,7 @@ def _check_numbers(resolved: dict[str, Any]) -> None:
     checks = [(f"{sec}.{k}", v) for sec, table in resolved.items() for k, v in table.items()]
     checks += [
         (f"estimators.{name}.{k}", v)
-        for name in _ESTIMATOR_OPTIONS
+        for name in ESTIMATOR_NAMES
         for k, v in resolved["estimators"].get(name, {}).items()
     ]
     for key, value in checks:

@@ -167,8 +167,9 @@ def choose_cutoff(
     config: FitConfig, train_logs, model: FitModel
 ) -> tuple[float, float, list[dict[str, Any]], list[dict[str, Any]]]:
     """The cut-off [Hz] by the rule of the module docstring; returns ``(cutoff, f_exc, table, drive)``."""
-    from ..identification.idim import idim_ls
+    from ..estimators import IdimLS
     from ..identification.validation import free_simulation_rmse
+    from .model import regression_model
 
     flt = config.section("filter")
     h = next(iter(train_logs.values())).sample_step
@@ -187,9 +188,7 @@ def choose_cutoff(
             continue
         filtered = filter_all(train_logs, cutoff, flt)
         try:
-            est = model.embed(
-                idim_ls(list(filtered.values()), model.free_regressor, model.free_names, known=model.known)
-            )
+            est = model.embed(IdimLS()(list(filtered.values()), regression_model(model)))
             errs = [
                 free_simulation_rmse(d, model.regressor, est.value, (longest,), every)[float(longest)]
                 for d in filtered.values()

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..identification.model import ConsistentMap, RegressionModel
 from ..types import did_you_mean
 from .config import FitConfig, config_error
 
@@ -24,7 +25,8 @@ __all__ = [
     "SIGN_CONSTRAINED_PREFIXES",
     "MASS_POSTURES",
     "sign_constrained",
-    "bounds",
+    "regression_model",
+    "nonnegative_names",
     "consistency_checks",
 ]
 
@@ -215,18 +217,32 @@ def sign_constrained(model: FitModel) -> tuple[str, ...]:
     arm; the rule of ``SIGN_CONSTRAINED_PREFIXES`` otherwise)."""
     if _two_link(model):
         return SIGN_CONSTRAINED
+    return nonnegative_names(model.names, model.labels)
+
+
+def nonnegative_names(names, labels) -> tuple[str, ...]:
+    """The base parameters of a ``SerialArm`` that are non-negative: a friction or armature not merged
+    with any other parameter (``SIGN_CONSTRAINED_PREFIXES``; its label is its name)."""
     out = []
-    for name, label in zip(model.names, model.labels, strict=True):
+    for name, label in zip(names, labels, strict=True):
         prefix = name.rstrip("0123456789")
         if prefix in SIGN_CONSTRAINED_PREFIXES and prefix != name and label == name:
             out.append(name)
     return tuple(out)
 
 
-def bounds(names, constrained=SIGN_CONSTRAINED):
-    """``(lower, upper)`` per parameter: 0 for the ``constrained`` ones, else ``−inf``; ``+inf`` above."""
-    lo = [0.0 if n in constrained else -np.inf for n in names]
-    return lo, [np.inf] * len(names)
+def regression_model(model: FitModel, prior: np.ndarray | None = None) -> RegressionModel:
+    """The fit's free parameters as the estimators see them (``jaxid.identification.RegressionModel``):
+    regressor, names, the fixed parameters' torque, the sign constraints and, for a ``SerialArm`` with
+    every base parameter free, the consistent map (prior: ``prior``, else the arm's own standard
+    parameters, e.g. its URDF's)."""
+    from ..model import SerialArm
+
+    consistent = None
+    if isinstance(model.arm, SerialArm) and len(model.free) == len(model.names):
+        consistent = ConsistentMap(model.arm, model.arm.standard_regressor, model.base.values, prior)
+    nonnegative = tuple(n for n in sign_constrained(model) if n in model.free_names)
+    return RegressionModel(model.free_regressor, model.free_names, model.known, nonnegative, consistent)
 
 
 def _two_link(model: FitModel) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..estimators import make_estimator
 from .checks import (
     check_band,
     check_horizons,
@@ -22,7 +23,7 @@ from .checks import (
 from .config import FitConfig, config_error
 from .cutoff import choose_cutoff, filter_all, load_logs
 from .export import export_note, export_parameters
-from .model import bounds, build_model, consistency_checks, sign_constrained
+from .model import build_model, consistency_checks, regression_model
 from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
 
 __all__ = ["FitExists", "FitWarning", "run_fit"]
@@ -37,22 +38,9 @@ class FitWarning(UserWarning):
 
 
 def _estimate(name, config, train, model, ls):
-    from ..identification import idim_iv, idim_ls, kalman_filter_fit, output_error
-
-    opts = config.estimator_options(name)
-    data = list(train.values())
-    reg, names, known = model.free_regressor, model.free_names, model.known
-    if name == "idim_ls":
-        return idim_ls(data, reg, names, known=known, **opts)
-    if name == "idim_ls_bounded":
-        return idim_ls(data, reg, names, bounds=bounds(names, sign_constrained(model)), known=known, **opts)
-    if name == "idim_iv":
-        return idim_iv(data, reg, names, start=ls, known=known, **opts)
-    if name == "output_error":
-        return output_error(data, reg, names, start=ls, known=known, **opts)
-    if name in ("ekf", "ukf"):
-        return kalman_filter_fit(data, reg, names, start=ls, kind=name, known=known, **opts)
-    raise ValueError(name)
+    """The estimator ``name`` of ``jaxid.estimators`` with the config's options, on the training logs."""
+    estimator = make_estimator(name, config.estimator_options(name))
+    return estimator(list(train.values()), regression_model(model), start=ls)
 
 
 def _jackknife(config, train, model):
@@ -62,16 +50,15 @@ def _jackknife(config, train, model):
     unlike the formal standard deviation it contains the run-to-run variation the model cannot
     explain (still no filter bias that all runs share).
     """
-    from ..identification import idim_ls
-
     if len(train) < 2:
         return None
-    opts = config.estimator_options("idim_ls")
+    estimator = make_estimator("idim_ls", config.estimator_options("idim_ls"))
+    regression = regression_model(model)
     fits = []
     for left_out in train:
         data = [d for n, d in train.items() if n != left_out]
         try:
-            est = idim_ls(data, model.free_regressor, model.free_names, known=model.known, **opts)
+            est = estimator(data, regression)
         except ValueError:
             return None  # a single run may not excite every parameter
         fits.append(np.asarray(model.embed(est).value))

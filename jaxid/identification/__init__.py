@@ -1,7 +1,10 @@
 """Identification from measured logs (real arms): filtering, IDIM-LS/IV, output error, EKF/UKF.
 
 - ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
-- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
+- ``model``: ``RegressionModel``, the arm as these estimators see it (regressor, names, known torque,
+  constraints);
+- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``, ``idim_rls``, ``idim_ls_consistent``;
+  the ``Identification`` result;
 - ``output_error``: multiple-shooting output error;
 - ``kalman``: the EKF/UKF of ``jaxid.kalman`` with the regressor model's transition;
 - ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
@@ -10,11 +13,14 @@
 Every estimator takes filtered logs of ``n`` joints (``(N, n)`` columns), a regressor
 ``Y(q, q', q'') -> (..., n, p)`` and the parameter names, so any linear-in-parameters model of any
 number of joints works (``jaxid.fit`` uses the base regressor of a ``TwoLinkArm`` or a ``SerialArm``).
+These are the kernels; the estimators are the classes of ``jaxid.estimators`` (one class per
+estimator, called on a simulated record or on logs: ``IdimLS()(logs, model)``).
 """
 
 from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques
-from .idim import Identification, default_decimation, idim_iv, idim_ls
+from .idim import Identification, default_decimation, idim_iv, idim_ls, idim_ls_consistent, idim_rls
 from .kalman import kalman_filter_fit
+from .model import ConsistentMap, RegressionModel
 from .output_error import angle_noise_std, output_error
 from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse
 
@@ -27,6 +33,10 @@ __all__ = [
     "Identification",
     "idim_ls",
     "idim_iv",
+    "idim_rls",
+    "idim_ls_consistent",
+    "RegressionModel",
+    "ConsistentMap",
     "default_decimation",
     "output_error",
     "angle_noise_std",

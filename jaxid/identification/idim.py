@@ -36,9 +36,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..consistency import consistent_least_squares
+from ..kalman import recursive_least_squares
+from ..types import Status
 from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stage_torques
 
-__all__ = ["Identification", "idim_ls", "idim_iv", "default_decimation", "segment_starts", "regression_rows"]
+__all__ = [
+    "Identification",
+    "idim_ls",
+    "idim_iv",
+    "idim_rls",
+    "idim_ls_consistent",
+    "default_decimation",
+    "segment_starts",
+    "regression_rows",
+]
 
 
 class Identification(eqx.Module):
@@ -54,6 +66,8 @@ class Identification(eqx.Module):
             angle [rad] for output error and the filters).
         samples: number of rows (per joint) used. iterations: solver iterations (0 if direct).
         notes: free text (e.g. the largest continuity gap of multiple shooting).
+        status: ``"ok"``, or why the estimate is not to be trusted (``"max_iterations"``: an
+            iterative fit stopped at its limit; ``"failed"``).
     """
 
     method: str = eqx.field(static=True)
@@ -66,6 +80,7 @@ class Identification(eqx.Module):
     samples: int = eqx.field(static=True)
     iterations: int = eqx.field(static=True, default=0)
     notes: str = eqx.field(static=True, default="")
+    status: str = eqx.field(static=True, default="ok")
 
     @property
     def std(self) -> np.ndarray:
@@ -264,7 +279,7 @@ def idim_ls(
     return _ls_result("idim_ls" if bounds is None else "idim_ls_bounded", names, theta, w, y, sigma, a, scale)
 
 
-def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes=""):
+def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok"):
     resid = y - np.einsum("njp,p->nj", w, theta)
     n, p = a.shape
     weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
@@ -283,6 +298,7 @@ def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, ite
         int(resid.shape[0]),
         iterations,
         notes,
+        status,
     )
 
 
@@ -379,4 +395,92 @@ def idim_iv(
     cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
     return _ls_result(
         "idim_iv", names, theta, w, y, sigma, a_w / scale, scale, cov_scaled=cov_scaled, iterations=iterations
+    )
+
+
+def _weighted_rows(logs: Sequence[FilteredLog], regressor: Regressor, start: Identification, decimate, known):
+    """IDIM-LS's rows (same decimation, parallel filtering) divided by its per-joint residual std."""
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    w, y = _stack(logs, regressor, regression_rows(logs, decimate), known=known)
+    sigma = np.maximum(np.asarray(start.residual_std), 1e-12)
+    return w / sigma[None, :, None], y / sigma, sigma
+
+
+def idim_rls(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    start: Identification,
+    forgetting: float = 1.0,
+    initial_covariance: float = 1e8,
+    decimate: int | None = None,
+    known: Known | None = None,
+) -> Identification:
+    """Recursive least squares over IDIM-LS's weighted rows, in time order (``jaxid.kalman``).
+
+    The rows are ``start``'s (IDIM-LS): same decimation, parallel filtering and per-joint weights
+    ``1/σ_j``; the columns are scaled to unit norm and the recursion starts at 0 with
+    ``P₀ = initial_covariance · 𝟙`` in those units. With ``forgetting = 1`` and a large ``P₀`` it
+    ends at IDIM-LS's weighted solution. Covariance ``σ̂² P_N`` with the weighted residual variance.
+    """
+    names = tuple(names)
+    w, y, sigma = _weighted_rows(logs, regressor, start, decimate, known)
+    p = w.shape[-1]
+    scale = np.linalg.norm(w.reshape(-1, p), axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    theta, cov, _, _ = _compiled_rls(
+        jnp.asarray(w / scale), jnp.asarray(y), jnp.zeros(p), initial_covariance * jnp.eye(p), forgetting=forgetting
+    )
+    theta = np.asarray(theta)
+    resid = y - np.einsum("njp,p->nj", w / scale, theta)
+    variance = np.sum(resid**2) / max(resid.size - p, 1)
+    covariance = variance * np.asarray(cov) / np.outer(scale, scale)
+    a = (w / scale).reshape(-1, p)
+    rank, cond = _rank_condition(a)
+    return Identification(
+        "rls", names, theta / scale, covariance, rank, cond, np.sqrt(np.mean((resid * sigma) ** 2, axis=0)), len(y)
+    )
+
+
+_compiled_rls = jax.jit(recursive_least_squares)
+
+
+def idim_ls_consistent(
+    logs: Sequence[FilteredLog],
+    consistent,
+    names: Sequence[str],
+    *,
+    start: Identification,
+    decimate: int | None = None,
+    known: Known | None = None,
+    **options,
+) -> Identification:
+    """IDIM-LS's weighted rows fitted over physically consistent standard parameters (``jaxid.consistency``).
+
+    ``consistent`` is the model's ``ConsistentMap`` (standard regressor, arm, prior, ``φ → θ``); the
+    rows and weights are ``start``'s (IDIM-LS). ``consistent_least_squares`` (log-Cholesky
+    coordinates, no SDP solver; ``options`` go to it) returns ``φ̂``, mapped to ``θ``. The covariance
+    reported is IDIM-LS's (the constrained estimator has no closed-form one); the status says
+    whether the solver converged.
+    """
+    names = tuple(names)
+    w, y, _ = _weighted_rows(logs, consistent.regressor, start, decimate, known)
+    prior = None if consistent.prior is None else jnp.asarray(consistent.prior)
+    est = consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
+    theta = np.asarray(consistent.to_model(est.standard), dtype=float)
+    status = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(int(est.status), "failed")
+    return Identification(
+        "idim_ls_consistent",
+        names,
+        theta,
+        np.asarray(start.covariance),
+        start.rank,
+        start.condition,
+        np.asarray(start.residual_std),
+        start.samples,
+        int(est.iterations),
+        f"duality gap {float(est.duality_gap):.3g} of cost {float(est.cost):.3g}",
+        status,
     )
