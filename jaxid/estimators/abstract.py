@@ -3,7 +3,7 @@
 ``AbstractEstimator`` (an ``equinox.Module``) is what every estimator class of
 ``jaxid.estimators.interface`` derives from; the module docstring there describes the design. An
 estimator is one class whatever the data came from: called on a simulated ``Record`` it runs its
-record function (``function``), called on measured logs (``FilteredLog``\s) its log function
+record function (``function``), called on measured logs (``FilteredLog`` objects) its log function
 (``log_function``); options that apply to one kind of data only are refused on the other.
 This module holds the base class, the field helpers that make an option traced (an array leaf) or
 static, and the type checks of static options (the one-line errors of ``check_options``).
