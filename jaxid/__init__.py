@@ -123,7 +123,7 @@ from .estimators import (
     paper_template_response,
     parameter_values,
 )
-from .estimators.ekf import ekf, extended_kalman_filter, ukf, unscented_kalman_filter
+from .estimators.ekf import ekf, ukf
 from .estimators.interface import (
     EKF,
     ML,
@@ -133,10 +133,14 @@ from .estimators.interface import (
     EquationError,
     IdimIV,
     IdimLS,
+    IdimLSBounded,
+    IdimLSConsistent,
     NonlinearOutputError,
+    OutputError,
     Paper,
     estimator_class,
     make_estimator,
+    names_for,
 )
 from .estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
 from .estimators.rls import idim_iv, idim_ls, rls
@@ -144,8 +148,10 @@ from .experiment import load_config, run_experiment
 from .filters import default_cutoff, differentiate, lowpass
 from .fit import load_fit_config, run_fit
 from .identification import (
+    ConsistentMap,
     FilteredLog,
     Identification,
+    RegressionModel,
     filter_log,
     free_simulation_rmse,
     kalman_filter_fit,
@@ -158,6 +164,7 @@ from .identification import (
 from .identification import (
     idim_ls as log_idim_ls,
 )
+from .kalman import extended_kalman_filter, recursive_least_squares, unscented_kalman_filter
 from .logs import MeasuredLog, load_log
 from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
 from .report import summarise, write_tables

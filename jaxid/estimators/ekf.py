@@ -1,7 +1,7 @@
 """Extended (and unscented) Kalman filter baselines with the parameters in the state.
 
 The generic filters ``extended_kalman_filter`` and ``unscented_kalman_filter`` (and
-``FilterResult``) live in ``jaxid.kalman`` and are re-exported here. The arm estimators
+``FilterResult``) live in ``jaxid.kalman``. The arm estimators
 ``ekf`` and ``ukf`` run them on the augmented state ``x = (q1, q2, q1', q2', θ)``:
 
 - dynamics: one classic RK4 step of the nonlinear arm (parameters ``θ`` set into ``nominal``)
@@ -42,13 +42,13 @@ from jaxtyping import Array, ArrayLike
 from ..derivatives import noise_variance
 from ..excitation import Multisine
 from ..integrate import applied_offset, rk4_step, torque_grid
-from ..kalman import FilterResult, extended_kalman_filter, unscented_kalman_filter
+from ..kalman import extended_kalman_filter, unscented_kalman_filter
 from ..model import TwoLinkArm, forward_dynamics, validate_unknowns
 from ..simulation import Record
 from .base import CONVERGED, FAILED, Estimate, register
 from .regression import history_indices
 
-__all__ = ["FilterResult", "extended_kalman_filter", "unscented_kalman_filter", "ekf", "ukf", "arm_transition"]
+__all__ = ["ekf", "ukf", "arm_transition"]
 
 
 # -- the arm as a state-space model ---------------------------------------------------------------
