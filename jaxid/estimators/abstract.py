@@ -105,7 +105,7 @@ class AbstractEstimator(eqx.Module):
             names, **options) -> Identification``; ``function`` is ``None`` for one of logs only.
         log_options: the options that apply on logs (the others apply to records only).
         log_only: the options that apply on logs only (refused on records when set).
-        starts_from: on logs, the estimate it starts from (``"idim_ls"``) or ``None``.
+        starts_from: on logs, the estimator class whose estimate it starts from (``IdimLS``) or ``None``.
     """
 
     name: eqx.AbstractClassVar[str]
@@ -119,7 +119,7 @@ class AbstractEstimator(eqx.Module):
     log_function: ClassVar[Callable[..., Identification] | None] = None
     log_options: ClassVar[tuple[str, ...]] = ()
     log_only: ClassVar[tuple[str, ...]] = ()
-    starts_from: ClassVar[str | None] = None
+    starts_from: ClassVar[type[AbstractEstimator] | None] = None
 
     def __check_init__(self):
         for field in dataclasses.fields(self):
@@ -157,7 +157,7 @@ class AbstractEstimator(eqx.Module):
             takes = "measured logs" if data == "record" else "simulated records"
             raise ValueError(
                 f"Estimator {cls.name!r} fits {takes} only, not {'a record' if data == 'record' else 'logs'}; "
-                f"estimators for {data}s: {names_for(data)}."
+                f"estimators for {data}s: {_takers(data)}."
             )
         keep = cls.data_options(data)
         defaults = cls()
@@ -193,7 +193,7 @@ class AbstractEstimator(eqx.Module):
         options = self._applicable("log")
         logs = [logs] if isinstance(logs, FilteredLog) else list(logs)
         if type(self).starts_from is not None and start is None:
-            start = make_estimator(type(self).starts_from).fit_logs(logs, model)
+            start = type(self).starts_from().fit_logs(logs, model)
         return self._fit_logs(logs, model, start, options)
 
     def _fit_logs(self, logs, model: RegressionModel, start, options: dict[str, Any]) -> Identification:
@@ -250,17 +250,15 @@ def _is_set(value, default) -> bool:
         return True
 
 
-def names_for(data: Data) -> list[str]:
-    """The names of the estimators that take ``data``."""
-    from .interface import ESTIMATORS
-
-    return sorted(n for n, c in ESTIMATORS.items() if data in c.accepts())
-
-
-def make_estimator(name: str, options=None):
-    from .interface import make_estimator as make
-
-    return make(name, options)
+def _takers(data: Data) -> list[str]:
+    """The names of the estimator classes (every concrete subclass) that take ``data``."""
+    found, todo = set(), [AbstractEstimator]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if isinstance(cls.__dict__.get("name"), str) and data in cls.accepts():
+            found.add(cls.name)
+    return sorted(found)
 
 
 @functools.cache

@@ -50,7 +50,6 @@ from .abstract import (
     Data,
     History,
     Model,
-    names_for,
     option_choices,
     option_hints,
     option_type_error,
@@ -273,7 +272,7 @@ class RLS(_AbstractRegression):
     history: ClassVar[History] = "time"
     uses_noise_std: ClassVar[bool] = False
     log_options: ClassVar[tuple[str, ...]] = ("forgetting", "initial_covariance", "decimate")
-    starts_from: ClassVar[str | None] = "idim_ls"
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
 
     forgetting: Array = _traced(1.0)
     initial_covariance: Array | None = _traced(None)
@@ -297,7 +296,7 @@ class IdimIV(_AbstractRegression):
     uses_noise_std: ClassVar[bool] = True
     log_options: ClassVar[tuple[str, ...]] = ("iterations", "segment_s", "decimate")
     log_only: ClassVar[tuple[str, ...]] = ("segment_s", "decimate")
-    starts_from: ClassVar[str | None] = "idim_ls"
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
 
     iterations: int = _static(3)
     covariance: Literal["delta", "white"] = _static("delta")
@@ -321,7 +320,7 @@ class _AbstractArmFilter(AbstractEstimator):
     log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(kalman_filter_fit)
     log_options: ClassVar[tuple[str, ...]] = ("measurement_std", "velocity_process_std", "initial_relative_std")
     log_only: ClassVar[tuple[str, ...]] = ("measurement_std",)
-    starts_from: ClassVar[str | None] = "idim_ls"
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
 
     measurement_offset: Array | None = _traced(None)
     initial_guess: Array | None = _traced(None)
@@ -378,7 +377,7 @@ class OutputError(AbstractEstimator):
     needs_whole_periods: ClassVar[bool] = False
     log_options: ClassVar[tuple[str, ...]] = ("segment_s", "stride", "continuity_weight", "max_iterations")
     log_only: ClassVar[tuple[str, ...]] = log_options
-    starts_from: ClassVar[str | None] = "idim_ls"
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
 
     segment_s: float = _static_float(0.5)
     stride: int = _static(5)
@@ -404,6 +403,11 @@ ESTIMATORS: dict[str, type[AbstractEstimator]] = {
         OutputError,
     )
 }
+
+
+def names_for(data: Data) -> list[str]:
+    """The names of the estimators that take ``data`` (``"record"`` or ``"log"``), sorted."""
+    return sorted(n for n, c in ESTIMATORS.items() if data in c.accepts())
 
 
 def estimator_class(name: str) -> type[AbstractEstimator]:
