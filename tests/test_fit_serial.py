@@ -250,11 +250,13 @@ def test_logs_of_n_joints(ur5_logs):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ({"arm": {"l1": 0.3}}, r"unknown key 'arm.l1' next to arm.urdf .*allowed: \['urdf'"),
-        ({"arm": {"urdf": "nope.urdf"}}, r"arm.urdf: the URDF file '.*nope.urdf' does not exist"),
+        ({"arm": {"l1": 0.3}}, r"unknown key 'arm.l1' next to a robot file .*allowed: \['urdf', 'mjcf'"),
+        ({"arm": {"urdf": "nope.urdf"}}, r"arm.urdf: the robot file '.*nope.urdf' does not exist"),
+        ({"arm": {"urdf": "ur5.xml"}}, r"arm.urdf must be the path of a .urdf file"),
+        ({"arm": {"mjcf": "ur5.xml"}}, r"give one robot description, urdf = .* or mjcf = .*, not both"),
         ({"arm": {"fixed_joints": ["elbow"]}}, r"arm.urdf: .*fixed_joints: no joint named 'elbow'"),
         ({"arm": {"gravity": 9.81}}, r"arm.gravity must be \[gx, gy, gz\]"),
-        ({"fit": {"reference": "double_pendulum"}}, r"with \[arm\] urdf the reference must be a URDF file"),
+        ({"fit": {"reference": "double_pendulum"}}, r"with \[arm\] urdf the reference must be a robot file"),
         ({"fit": {"reference": "two_link.urdf"}}, r"does not have the kinematic structure of arm.urdf \(6 joints"),
     ],
 )
@@ -268,6 +270,30 @@ def test_urdf_config_errors_name_the_key(edit, message):
         raw[section] = {**raw.get(section, {}), **values}
     with pytest.raises(ConfigError, match=message):
         parse_fit_config(raw, path=UR5)
+
+
+def test_an_mjcf_arm_is_the_same_model_as_its_urdf(tmp_path):
+    """``[arm] mjcf``: the UR5 compiled by MuJoCo from its URDF and saved as MJCF (MuJoCo writes 6
+    significant digits) gives the fit the same base parameters and regressor, to that rounding."""
+    import re as regex
+
+    import mujoco
+
+    from jaxid.fit.model import build_model
+
+    urdf = regex.sub(r"<visual>.*?</visual>|<collision>.*?</collision>", "", UR5.read_text(), flags=regex.S)
+    mujoco.mj_saveLastXML(str(tmp_path / "ur5.xml"), mujoco.MjModel.from_xml_string(urdf))
+    (tmp_path / UR5.name).write_text(UR5.read_text())
+    models = {}
+    for key, name in (("urdf", UR5.name), ("mjcf", "ur5.xml")):
+        raw = {"fit": {"name": "x", "reference": name}, "arm": {key: name}, "split": {"train": ["a"]}}
+        models[key] = build_model(parse_fit_config(raw, path=tmp_path / "fit.toml"))
+    assert models["mjcf"].names == models["urdf"].names and len(models["urdf"].names) == 58
+    rng = np.random.default_rng(1)
+    q, qd, qdd = (jnp.asarray(rng.uniform(-2, 2, (16, 6))) for _ in range(3))
+    y = {k: np.asarray(m.regressor(q, qd, qdd)) for k, m in models.items()}
+    np.testing.assert_allclose(y["mjcf"], y["urdf"], rtol=0, atol=1e-6 * np.abs(y["urdf"]).max())
+    np.testing.assert_allclose(models["mjcf"].reference, models["urdf"].reference, rtol=1e-5, atol=1e-6)
 
 
 def test_log_columns_must_match_the_joints(ur5_logs):

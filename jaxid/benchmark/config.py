@@ -190,25 +190,26 @@ def parse_benchmark(
 
 
 def _arm_table(table: Any, source: str | None, base_dir, where: str) -> tuple[dict, str]:
-    """``({"urdf": as written, "options": load_arm's keywords, "dof": n}, absolute path)``; the URDF is
-    read here."""
-    from ..fit.config import URDF_KEYS, _load_urdf, _urdf_options
+    """``({"urdf": the robot file as written, "options": load_arm's keywords, "dof": n}, absolute path)``;
+    the robot file (``urdf`` or ``mjcf``) is read here."""
+    from ..fit.config import ROBOT_FILES, URDF_KEYS, _load_urdf, _robot_file, _urdf_options
 
-    if not isinstance(table, dict) or "urdf" not in table:
+    if not isinstance(table, dict) or not any(k in table for k in ROBOT_FILES):
         raise ConfigError(
-            f'{where}a benchmark needs an [arm] table with urdf = "path/to/robot.urdf" (relative to the file), '
-            f"e.g. the shipped data/robots/ur5_robot.urdf; allowed keys {list(URDF_KEYS)}."
+            f'{where}a benchmark needs an [arm] table with urdf = "path/to/robot.urdf" (or mjcf = "robot.xml", '
+            f"relative to the file), e.g. the shipped data/robots/ur5_robot.urdf; allowed keys {list(URDF_KEYS)}."
         )
     if base_dir is None:
         base_dir = Path(source).parent if source is not None else Path.cwd()
     try:
         options = _urdf_options(table)
-        path = (Path(base_dir) / table["urdf"]).resolve()
-        arm = _load_urdf(path, options, f"{where}arm.urdf")
+        key, file = _robot_file(table)
+        path = (Path(base_dir) / file).resolve()
+        arm = _load_urdf(path, options, f"{where}arm.{key}")
     except ConfigError as err:
         message = str(err)
         raise ConfigError(message if message.startswith(where) else f"{where}{message}") from None
-    return {"urdf": table["urdf"], "options": options, "dof": int(arm.dof)}, str(path)
+    return {"urdf": file, "options": options, "dof": int(arm.dof)}, str(path)
 
 
 def _check_keys(table: dict, where: str) -> None:

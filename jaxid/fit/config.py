@@ -61,7 +61,9 @@ _ARM = "arm"
 #: number or ``n`` numbers: a URDF holds neither), gravity ``[gx, gy, gz]`` [m/s²] in the base frame
 #: (default ``[0, 0, -9.81]``), the Coulomb slope [s/rad] (default 100). Viscous and Coulomb friction
 #: are the URDF's ``<dynamics damping friction>``.
-URDF_KEYS = ("urdf", "fixed_joints", "armature", "offset", "gravity", "coulomb_slope")
+URDF_KEYS = ("urdf", "mjcf", "fixed_joints", "armature", "offset", "gravity", "coulomb_slope")
+#: The robot-description keys of ``[arm]``: a URDF, or an MJCF model (read through MuJoCo's compiler).
+ROBOT_FILES = {"urdf": (".urdf",), "mjcf": (".xml", ".mjcf")}
 
 
 def config_error(message: str) -> Exception:
@@ -210,7 +212,7 @@ def _arms(raw: dict[str, Any], reference: Any, base_dir: Path):
         )
     if not isinstance(table, dict):
         raise config_error("[arm] must be a table.")
-    if "urdf" in table:
+    if any(k in table for k in ROBOT_FILES):
         return _urdf_arms(table, reference, base_dir)
     try:
         arm = arm_from_description(table, base_dir=base_dir, where="arm")
@@ -258,13 +260,10 @@ def _urdf_options(table: dict[str, Any]) -> dict[str, Any]:
     unknown = [k for k in table if k not in URDF_KEYS]
     if unknown:
         raise config_error(
-            f"unknown key 'arm.{unknown[0]}' next to arm.urdf (the URDF describes the whole arm); allowed: "
+            f"unknown key 'arm.{unknown[0]}' next to a robot file (it describes the whole arm); allowed: "
             f"{list(URDF_KEYS)}.{did_you_mean(unknown[0], URDF_KEYS)}"
         )
-    if not isinstance(table["urdf"], str) or not table["urdf"]:
-        raise config_error(
-            f"arm.urdf must be the path of a .urdf file (relative to the config), got {table['urdf']!r}."
-        )
+    _robot_file(table)
     options: dict[str, Any] = {}
     fixed = table.get("fixed_joints", [])
     if not isinstance(fixed, list) or not all(isinstance(j, str) for j in fixed):
@@ -290,12 +289,26 @@ def _urdf_options(table: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _robot_file(table: dict[str, Any]) -> tuple[str, str]:
+    """``(key, path)`` of the ``[arm]`` table's robot description: ``urdf`` or ``mjcf``, exactly one."""
+    given = [k for k in ROBOT_FILES if k in table]
+    if len(given) != 1:
+        raise config_error('[arm]: give one robot description, urdf = "....urdf" or mjcf = "....xml", not both.')
+    key = given[0]
+    path = table[key]
+    if not isinstance(path, str) or not path.lower().endswith(ROBOT_FILES[key]):
+        raise config_error(
+            f"arm.{key} must be the path of a {' or '.join(ROBOT_FILES[key])} file (relative to the config), got {path!r}."
+        )
+    return key, path
+
+
 def _load_urdf(path: Path, options: dict[str, Any], where: str):
     from ..model.urdf import load_arm
 
     if not path.is_file():
         raise config_error(
-            f"{where}: the URDF file {str(path)!r} does not exist; give its path relative to the config."
+            f"{where}: the robot file {str(path)!r} does not exist; give its path relative to the config."
         )
     try:
         return load_arm(path, **options)
@@ -307,13 +320,15 @@ def _urdf_arms(table: dict[str, Any], reference: Any, base_dir: Path):
     """The ``SerialArm`` of ``[arm] urdf = ...`` and the reference: another URDF read with the same
     ``[arm]`` options (only the file differs), which must have the same kinematic structure."""
     options = _urdf_options(table)
-    arm = _load_urdf(base_dir / table["urdf"], options, "arm.urdf")
+    key, path = _robot_file(table)
+    arm = _load_urdf(base_dir / path, options, f"arm.{key}")
     if reference in ("", None, False):
         return arm, None
-    if not (isinstance(reference, str) and reference.lower().endswith(".urdf")):
+    suffixes = sum(ROBOT_FILES.values(), ())
+    if not (isinstance(reference, str) and reference.lower().endswith(suffixes)):
         raise config_error(
-            f"fit.reference {reference!r}: with [arm] urdf the reference must be a URDF file (.urdf, relative to "
-            'this file, read with the same [arm] options), or "" for none.'
+            f"fit.reference {reference!r}: with [arm] {key} the reference must be a robot file (.urdf or MJCF .xml, "
+            'relative to this file, read with the same [arm] options), or "" for none.'
         )
     ref = _load_urdf(base_dir / reference, options, "fit.reference")
     import numpy as np
@@ -323,7 +338,7 @@ def _urdf_arms(table: dict[str, Any], reference: Any, base_dir: Path):
         same = same and np.allclose(np.asarray(getattr(arm, name)), np.asarray(getattr(ref, name)), rtol=0, atol=1e-9)
     if not same:
         raise config_error(
-            f"fit.reference {reference!r} does not have the kinematic structure of arm.urdf ({arm.dof} joints, "
+            f"fit.reference {reference!r} does not have the kinematic structure of arm.{key} ({arm.dof} joints, "
             "their types, axes and origins): a reference must describe the same arm; fix one of them."
         )
     return arm, ref
