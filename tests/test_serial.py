@@ -260,6 +260,21 @@ def test_regressor_times_standard_parameters_is_the_inverse_dynamics(arms, name)
     assert _relative(y @ arm.standard_parameters(), tau) < 1e-12
 
 
+@pytest.mark.parametrize("name", ["two_link", "ur5", "panda"])
+def test_regressor_recursion_is_the_jacobian_of_the_inverse_dynamics(arms, name):
+    """Every column of the regressor recursion (``spatial.rnea_regressor`` + the joint terms) equals the
+    forward-mode Jacobian of the inverse dynamics in the standard vector (an independent route)."""
+    arm = arms[name]
+    q, qd, qdd = (x[:4] for x in _states(np.random.default_rng(8), arm.dof))
+
+    def torque(standard, q, qd, qdd):
+        return arm.with_standard_parameters(standard).inverse_dynamics(q, qd, qdd)
+
+    jacobian = jax.vmap(jax.jacfwd(torque), in_axes=(None, 0, 0, 0))(arm.standard_parameters(), q, qd, qdd)
+    y = arm.standard_regressor(q, qd, qdd)
+    np.testing.assert_allclose(y, jacobian, rtol=0, atol=1e-12 * np.max(np.abs(jacobian)))
+
+
 def test_generic_regressor_takes_named_standard_parameters(arms):
     """``jaxid.regressor`` (the Jacobian in named parameters, through ``with_parameters``) agrees with
     columns of the standard regressor."""

@@ -49,7 +49,7 @@ from ..linalg import cholesky, solve_triangular
 from ..types import compiled_when_concrete, require_float64
 from .interface import AbstractArm
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, validate_unknowns
-from .spatial import Joint, crba, joint_constants, rnea
+from .spatial import Joint, crba, joint_constants, rnea, rnea_regressor
 
 __all__ = ["SerialArm", "LINK_PARAMETERS", "JOINT_PARAMETERS", "serial_standard_names"]
 
@@ -358,9 +358,10 @@ class SerialArm(AbstractArm):
     def standard_regressor(
         self, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"], qdd: Float[ArrayLike, "*b n"]
     ) -> Float[Array, "... n s"]:
-        """``Y (..., n, 14 n)`` with ``inverse_dynamics == Y @ standard_parameters()``: the forward-mode
-        Jacobian of the inverse dynamics in the standard vector (exact: they are linear in it). Depends
-        on the geometry, gravity and Coulomb slope only."""
+        """``Y (..., n, 14 n)`` with ``inverse_dynamics == Y @ standard_parameters()``: the regressor
+        recursion of ``jaxid.model.spatial.rnea_regressor`` for the links, diagonal columns for the
+        joint terms (exact; equal to the Jacobian of the inverse dynamics in the standard vector,
+        tested). Depends on the geometry, gravity and Coulomb slope only."""
         states = (self._joint_vector(q, "q"), self._joint_vector(qd, "qd"), self._joint_vector(qdd, "qdd"))
         return _evaluate(self, "regressor", None, *states)
 
@@ -427,14 +428,14 @@ class SerialArm(AbstractArm):
         return -gravity @ weighted[:3]
 
     def _core_regressor(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, qdd, sincos=None):
+        # The rigid part by the regressor recursion (spatial.rnea_regressor); the joint terms are
+        # diagonal: armature q'', viscous q', Coulomb (2/π) atan(slope q'), offset 1.
         n = self.dof
         joints, xs = self._transforms(q, sincos)
-
-        def torque(theta):
-            link, ia, fv, fc, off = _split(theta, n)
-            return rnea(joints, xs, link, gravity, qd, qdd) + ia * qdd + self._friction(fv, fc, qd) + off
-
-        return jax.jacfwd(torque)(jnp.zeros(14 * n))
+        eye = jnp.eye(n)
+        sign = self._friction(jnp.zeros(n), jnp.ones(n), qd)
+        rigid = rnea_regressor(joints, xs, gravity, qd, qdd)
+        return jnp.concatenate([rigid, eye * qdd, eye * qd, eye * sign, eye], axis=1)
 
 
 def _split(theta: Array, n: int) -> tuple[Array, Array, Array, Array, Array]:

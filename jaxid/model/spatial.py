@@ -12,7 +12,9 @@ joint costs a few small matrix products (few operations to compile).
 Forces and inertias: a link's spatial inertia ``[[Ī, [h]×], [[h]×ᵀ, m 1]]`` is linear in its 10
 standard parameters ``[m, m cx, m cy, m cz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz]`` about its frame origin
 (``_INERTIA_BASIS``). ``rnea`` (recursive Newton–Euler) gives the rigid-body joint forces, ``crba``
-(composite rigid body algorithm) the rigid-body mass matrix, both for one arm and one state,
+(composite rigid body algorithm) the rigid-body mass matrix, ``rnea_regressor`` the joint forces'
+regressor in the links' standard parameters (the recursion of Atkeson et al. 1986, as Pinocchio's
+``computeJointTorqueRegressor``), all for one arm and one state,
 unrolled over the joints at trace time; ``jaxid.model.serial`` adds armature, friction and offsets
 and batches them.
 """
@@ -25,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-__all__ = ["Joint", "joint_constants", "rnea", "crba"]
+__all__ = ["Joint", "joint_constants", "rnea", "crba", "rnea_regressor"]
 
 # -- spatial algebra: numpy constants, built at trace time from the static geometry -------------
 
@@ -179,3 +181,36 @@ def crba(joints: list[Joint], xs: list[Array], inertial: Array) -> Array:
         rows[j] = joints[j].motion @ forces
     upper = jnp.stack(rows)
     return upper + upper.T - jnp.diag(jnp.diag(upper))
+
+
+def rnea_regressor(joints: list[Joint], xs: list[Array], gravity: Array, qd: Array, qdd: Array) -> Array:
+    """``Y (n, 10 n)`` with ``rnea(joints, xs, inertial, gravity, qd, qdd) = Y @ inertial.ravel()``.
+
+    The forward pass of ``rnea`` gives each link's velocity ``v_i`` and acceleration ``a_i`` (gravity
+    as a base acceleration); link ``i``'s force ``I_i a_i + v_i ×* I_i v_i`` is ``A_i θ_i`` with column
+    ``k`` of ``A_i`` (6×10) ``B_k a_i + v_i ×* B_k v_i`` (``B = _INERTIA_BASIS``). Joint ``j`` carries
+    the forces of links ``i ≥ j``, transported to its frame: the 6×10n matrix of every link's columns
+    goes towards the base as ``crba``'s forces do, and row ``j`` is ``S_jᵀ`` times it. Exact (no
+    differentiation): equal to the Jacobian of ``rnea`` in ``inertial`` to round-off.
+    """
+    n = len(joints)
+    v = None
+    acc = jnp.concatenate([jnp.zeros(3), -gravity])
+    blocks = []
+    for i, joint in enumerate(joints):
+        acc = xs[i] @ acc + joint.motion * qdd[i]
+        v = joint.motion * qd[i] if v is None else xs[i] @ v + joint.motion * qd[i]
+        acc = acc + (joint.bias @ v) * qd[i]
+        # (6, 10): B_k a + (v ×*) B_k v for the 10 basis inertias.
+        blocks.append(
+            jnp.einsum("kab,b->ak", _INERTIA_BASIS, acc)
+            + jnp.tensordot(v, _CRF, axes=1) @ jnp.einsum("kab,b->ak", _INERTIA_BASIS, v)
+        )
+    rows = [None] * n
+    forces = None
+    for j in range(n - 1, -1, -1):
+        # Columns of links j..n−1 in link j's frame (those of links < j are zero: not yet added).
+        own = jnp.zeros((6, 10 * n)).at[:, 10 * j : 10 * (j + 1)].set(blocks[j])
+        forces = own if forces is None else xs[j + 1].T @ forces + own
+        rows[j] = joints[j].motion @ forces
+    return jnp.stack(rows)
