@@ -70,11 +70,22 @@ def _condition(mean, cov, y_pred, cross, innovation_cov, y):
     return mean, cov, _gaussian_log_density(resid, innovation_cov)
 
 
+def _value_and_jacobian(f, x):
+    """``(f(x), ∂f/∂x)`` by one ``jax.jacfwd`` (the value is its primal: ``f`` is traced once)."""
+
+    def value_twice(z):
+        value = f(z)
+        return value, value
+
+    jac, value = jax.jacfwd(value_twice, has_aux=True)(x)
+    return value, jac
+
+
 def _ekf_condition(mean, cov, h, R, y):
-    jac = jax.jacfwd(h)(mean)
+    y_pred, jac = _value_and_jacobian(h, mean)
     innovation_cov = _symmetrise(jac @ cov @ jac.T + R)
     gain = linalg.solve(innovation_cov, jac @ cov).T
-    resid = y - h(mean)
+    resid = y - y_pred
     # Joseph form: stays symmetric positive semi-definite in long runs.
     a = jnp.eye(mean.shape[0]) - gain @ jac
     new_cov = _symmetrise(a @ cov @ a.T + gain @ R @ gain.T)
@@ -82,8 +93,8 @@ def _ekf_condition(mean, cov, h, R, y):
 
 
 def _ekf_predict(mean, cov, f, Q, u):
-    jac = jax.jacfwd(f)(mean, u)
-    return f(mean, u), _symmetrise(jac @ cov @ jac.T + Q)
+    pred, jac = _value_and_jacobian(lambda x: f(x, u), mean)
+    return pred, _symmetrise(jac @ cov @ jac.T + Q)
 
 
 def _run_filter(condition, predict, m0, P0, emissions, inputs, return_covariances):

@@ -15,12 +15,13 @@ base parameters (which no longer map to one physical arm) are simulated. The ``n
 ``jaxid.linalg``'s (no LAPACK call): Cramer's rule ``solve_2x2`` for two joints (the fast path, and
 the results of the two-link fits), Gaussian elimination with partial pivoting ``solve`` otherwise
 (a fitted ``D`` need not be positive definite, so no Cholesky). One RK4 step
-(``jaxid.integrate.rk4_step``) per log sample, with the torque at the stages ``t, t + Δ/2,
+(``model_step``: ``jaxid.integrate.rk4_step``'s, its stages in a scan) per log sample, with the torque at the stages ``t, t + Δ/2,
 t + Δ`` interpolated linearly between samples. The state is ``y = (q, q')``, shape ``(2 n,)``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import equinox as eqx
@@ -30,7 +31,6 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ..filters import differentiate, lowpass, min_samples
-from ..integrate import rk4_step
 from ..linalg import solve, solve_2x2
 from ..logs import MeasuredLog, check_joint_samples
 
@@ -42,6 +42,7 @@ __all__ = [
     "model_torque",
     "simulate_segments",
     "simulate_segments_jit",
+    "model_step",
     "Regressor",
     "Known",
 ]
@@ -187,17 +188,54 @@ def accelerations(
     regressor: Regressor, theta: Array, q: Array, qd: Array, tau: Array, known: Known | None = None
 ) -> Array:
     """``q''`` of the model ``Y(q, q', q'') θ (+ known) = τ`` for one state (``q, q', τ``: shapes
-    ``(n,)``; module docstring: ``solve_2x2`` for ``n = 2``, else ``jaxid.linalg.solve``)."""
+    ``(n,)``; module docstring: ``solve_2x2`` for ``n = 2``, else ``jaxid.linalg.solve``).
 
+    Its derivatives (``jax.jvp``/``jacfwd``, hence the sensitivities of output error and the EKF's
+    transition Jacobian) come from a custom JVP: differentiating ``τ(q, q', q'', θ) = τ_applied``
+    at the solution gives ``D δq'' = δτ_applied − J (δθ, δq, δq')`` with ``J`` the Jacobian of the
+    model torque at the solved ``q''``, computed once by reverse mode (``n`` cotangents), so a tangent
+    costs two small matrix products instead of a differentiated inverse-dynamics pass and mass matrix.
+    Equal to differentiating the solve itself to round-off."""
+    return _accelerations(regressor, known, theta, q, qd, tau)
+
+
+def _mass_and_accelerations(regressor, known, theta, q, qd, tau):
     def torque(qdd):
         return model_torque(regressor, theta, q, qd, qdd, known)
 
     zero = jnp.zeros_like(q)
     bias = torque(zero)
     mass = jax.jacfwd(torque)(zero)
-    if q.shape[-1] == 2:
-        return solve_2x2(mass, tau - bias)
-    return solve(mass, tau - bias)
+    return mass, _solve(mass, tau - bias)
+
+
+def _solve(mass, rhs):
+    """``D⁻¹ rhs`` (``rhs`` ``(n,)`` or ``(n, k)``): Cramer's rule for two joints, else elimination."""
+    if mass.shape[-1] != 2:
+        return solve(mass, rhs)
+    return solve_2x2(mass, rhs) if rhs.ndim == 1 else jax.vmap(solve_2x2, (None, 1), 1)(mass, rhs)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _accelerations(regressor, known, theta, q, qd, tau):
+    return _mass_and_accelerations(regressor, known, theta, q, qd, tau)[1]
+
+
+@_accelerations.defjvp
+def _accelerations_jvp(regressor, known, primals, tangents):
+    theta, q, qd, tau = primals
+    d_theta, d_q, d_qd, d_tau = tangents
+    mass, qdd = _mass_and_accelerations(regressor, known, theta, q, qd, tau)
+    n = q.shape[-1]
+    _, pullback = jax.vjp(lambda th, a, b: model_torque(regressor, th, a, b, qdd, known), theta, q, qd)
+    j_theta, j_q, j_qd = jax.vmap(pullback)(jnp.eye(n, dtype=qdd.dtype))  # rows of ∂τ/∂(θ, q, q')
+    # D⁻¹ [J_θ, J_q, J_q', 1] once (unbatched under jacfwd); each tangent is then two matrix products.
+    sens = _solve(mass, jnp.concatenate([j_theta, j_q, j_qd, jnp.eye(n, dtype=qdd.dtype)], axis=1))
+    p = theta.shape[-1]
+    d_qdd = sens[:, p + 2 * n :] @ d_tau - (
+        sens[:, :p] @ d_theta + sens[:, p : p + n] @ d_q + sens[:, p + n : p + 2 * n] @ d_qd
+    )
+    return qdd, d_qdd
 
 
 def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
@@ -206,6 +244,37 @@ def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
         return jnp.concatenate([y[n:], accelerations(regressor, theta, y[:n], y[n:], tau, known)])
 
     return rates
+
+
+def model_step(
+    regressor: Regressor,
+    theta: Float[Array, " p"],
+    y: Float[Array, " state"],
+    stage_torques: Float[Array, "3 n"],
+    sample_step: float,
+    known: Known | None = None,
+) -> Float[Array, " state"]:
+    """One RK4 step of the model from the state ``y = (q, q')``: ``jaxid.integrate.rk4_step``'s step,
+    bit for bit (``tests/test_identification_speed.py``), with its four stages in a ``lax.scan``.
+
+    The stages are sequential, so ``rk4_step`` writes the model out four times, and XLA compiles
+    each copy (with its derivatives, under ``jacfwd``): for a six-joint ``SerialArm`` that was most
+    of output error's and the EKF's compile time. In a scan the model is compiled once; the stage
+    ``i`` evaluates the rates at ``y + c_i k_{i−1}`` (``c = 0, Δ/2, Δ/2, Δ``; ``k_0 = 0``, so the
+    first stage sees ``y`` exactly) and the step combines ``y + Δ/6 (k1 + 2 (k2 + k3) + k4)`` as
+    ``rk4_step`` does."""
+    rates = _rates(regressor, theta, known)
+    h = sample_step
+    shifts = jnp.asarray([0.0, 0.5 * h, 0.5 * h, h], dtype=y.dtype)
+    torques = stage_torques[jnp.asarray([0, 1, 1, 2])]
+
+    def stage(k, data):
+        c, tau = data
+        k = rates(y + c * k, tau)
+        return k, k
+
+    _, k = jax.lax.scan(stage, jnp.zeros_like(y), (shifts, torques))
+    return y + (h / 6) * (k[0] + 2 * (k[1] + k[2]) + k[3])
 
 
 def simulate_segments(
@@ -222,11 +291,10 @@ def simulate_segments(
     Returns the states at the ``L + 1`` grid points of each segment (the initial state first).
     Pure JAX (``lax.scan`` over steps, ``vmap`` over segments); ``jit``/``jacfwd``-compatible.
     """
-    rates = _rates(regressor, theta, known)
 
     def one(y0, stages):
         def step(y, u):
-            y_next = rk4_step(rates, y, u, sample_step)
+            y_next = model_step(regressor, theta, y, u, sample_step, known)
             return y_next, y_next
 
         _, ys = jax.lax.scan(step, y0, stages)

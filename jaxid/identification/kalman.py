@@ -1,7 +1,7 @@
 """The EKF/UKF on measured logs: augmented state ``(q, q', θ)`` (``2 n + p``), the model of the regressor.
 
 The generic filters of ``jaxid.kalman`` run with this transition: one RK4 step
-(``jaxid.integrate.rk4_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
+(``jaxid.identification.data.model_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
 measured torque at the stages ``t, t + Δ/2, t + Δ``; ``θ`` constant (no random walk). The
 emissions are the measured (resampled, unfiltered) angles.
 
@@ -12,21 +12,26 @@ process noise ``velocity_process_std`` [rad/s per step] (default 0.01). The logs
 turn, the parameter mean and covariance of one log's end the prior of the next; the first prior
 is the start estimate with std ``max(initial_relative_std · |θ|, 10 · its std)``.
 
+Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the
+data, start and noise levels traced), so the logs of a benchmark setting's trials compile once; the
+EKF's transition Jacobian goes through the accelerations' custom JVP and one copy of the model per
+step (``jaxid.identification.data``), and ``jaxid.kalman`` traces the transition once per step.
+
 Standard deviations: the final filtered covariance of ``θ`` — exact only for a linear-Gaussian
 model with the stated noise; it ignores linearisation error and the model error.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..integrate import rk4_step
 from ..kalman import extended_kalman_filter, unscented_kalman_filter
-from .data import FilteredLog, Known, Regressor, _rates, stage_torques
+from .data import FilteredLog, Known, Regressor, model_step, stage_torques
 from .idim import Identification
 from .output_error import angle_noise_std
 
@@ -63,25 +68,6 @@ def kalman_filter_fit(
     else:
         r_std = np.full(n, float(measurement_std))
 
-    def f(x, u):
-        theta = x[m:]
-        y = rk4_step(_rates(regressor, theta, known), x[:m], u, h)
-        return jnp.concatenate([y, theta])
-
-    def emit(x):
-        return x[:n]
-
-    run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
-
-    @jax.jit
-    def one(theta, cov, y, u, q0, qd0):
-        m0 = jnp.concatenate([q0, qd0, theta])
-        p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
-        p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
-        q = jnp.zeros((m + p, m + p)).at[jnp.arange(n, m), jnp.arange(n, m)].set(velocity_process_std**2)
-        result = run(f, emit, q, jnp.diag(jnp.asarray(r_std**2)), m0, p0, y, u)
-        return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
-
     theta = np.asarray(start.value)
     cov = np.diag(np.maximum(initial_relative_std * np.abs(theta), 10 * start.std) ** 2)
     resid = []
@@ -91,8 +77,19 @@ def kalman_filter_fit(
         stages = np.asarray(stage_torques(d.tau))[sl.start : sl.stop]
         if stages.shape[0] < y.shape[0]:
             stages = np.concatenate([stages, stages[-1:]], axis=0)
-        mean, full_cov, filtered_q = one(
-            jnp.asarray(theta), jnp.asarray(cov), jnp.asarray(y), jnp.asarray(stages), d.q[sl.start], d.qd[sl.start]
+        mean, full_cov, filtered_q = _filter_log(
+            jnp.asarray(theta),
+            jnp.asarray(cov),
+            jnp.asarray(y),
+            jnp.asarray(stages),
+            d.q[sl.start],
+            d.qd[sl.start],
+            jnp.asarray(r_std),
+            jnp.asarray(float(velocity_process_std)),
+            regressor=regressor,
+            known=known,
+            kind=kind,
+            sample_step=h,
         )
         mean, full_cov = np.asarray(mean), np.asarray(full_cov)
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(full_cov))):
@@ -115,3 +112,30 @@ def kalman_filter_fit(
         f"measurement std {r_std.round(6).tolist()} rad, velocity process std {velocity_process_std} rad/s/step; "
         "condition: of the posterior correlation of θ; residual: filtered − measured angle",
     )
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step"))
+def _filter_log(theta, cov, emissions, stages, q0, qd0, r_std, velocity_std, *, regressor, known, kind, sample_step):
+    """One log through the filter: the final mean and covariance of ``(q, q', θ)`` and the filtered
+    angles. Compiled once per model (``regressor``, ``known``: static, hashed by identity), filter,
+    step and log length; the data, the start and the noise levels are traced, so the logs of a
+    benchmark's trials share one program."""
+    n = q0.shape[0]
+    m = 2 * n
+    p = theta.shape[0]
+
+    def f(x, u):
+        th = x[m:]
+        y = model_step(regressor, th, x[:m], u, sample_step, known)
+        return jnp.concatenate([y, th])
+
+    def emit(x):
+        return x[:n]
+
+    run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
+    m0 = jnp.concatenate([q0, qd0, theta])
+    p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
+    p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
+    q = jnp.zeros((m + p, m + p)).at[jnp.arange(n, m), jnp.arange(n, m)].set(velocity_std**2)
+    result = run(f, emit, q, jnp.diag(r_std**2), m0, p0, emissions, stages)
+    return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
