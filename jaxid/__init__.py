@@ -137,6 +137,7 @@ from .estimators.interface import (
     IdimLSConsistent,
     NonlinearOutputError,
     OutputError,
+    OutputErrorConsistent,
     Paper,
     estimator_class,
     make_estimator,

@@ -65,6 +65,7 @@ def test_table_covers_the_registered_functions():
         "idim_ls_bounded",
         "idim_ls_consistent",
         "output_error",
+        "output_error_consistent",
     }
     for name, cls in RECORD.items():
         assert issubclass(cls, AbstractEstimator) and cls.name == name

@@ -31,7 +31,8 @@ from jaxid.consistency import (
     standard_from_unconstrained,
     unconstrained_from_standard,
 )
-from jaxid.identification import filter_log, idim_ls, kalman_filter_fit, output_error
+from jaxid.estimators import OutputError
+from jaxid.identification import ConsistentMap, RegressionModel, filter_log, idim_ls, kalman_filter_fit, output_error
 from jaxid.identification.data import _mass_and_accelerations, _rates, accelerations, model_step
 from jaxid.identification.idim import _stack, default_decimation, regression_rows
 from jaxid.integrate import rk4_step
@@ -168,10 +169,15 @@ def test_consistent_output_error_on_a_ur5(ur5):
     start = consistent_least_squares(w / sigma[None, :, None], y / sigma, arm)
     start_z = unconstrained_from_standard(project_to_consistent(start.standard, floor=1e-2))
 
-    def consistent(z):
-        return base.values(standard_from_unconstrained(z))
+    def standard_regressor(q, qd, qdd):
+        return arm.standard_regressor(q, qd, qdd)
 
+    model = RegressionModel(regressor, base.names, consistent=ConsistentMap(arm, standard_regressor, base.values))
+    consistent = model.consistent.parametrisation  # z -> base.values(standard_from_unconstrained(z))
     est, z = output_error(logs, regressor, base.names, parametrisation=consistent, start_z=start_z, return_z=True)
+    # The estimator class (jaxid.estimators.OutputError, constraint "consistent") is this call.
+    by_class = OutputError(constraint="consistent", max_iterations=50)(logs, model, start=ls)
+    np.testing.assert_allclose(by_class.value, est.value, rtol=1e-10, atol=1e-10 * np.abs(est.value).max())
     standard = standard_from_unconstrained(jnp.asarray(z))
     assert bool(is_physically_consistent(standard))
     np.testing.assert_allclose(est.value, np.asarray(base.values(standard)), rtol=1e-12)

@@ -25,6 +25,7 @@ status on the trial's rows, never a silent NaN.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -110,13 +111,14 @@ class BenchmarkPlan:
     info: dict  # trajectory figures written to extras.json
     width: int  # trials per simulated chunk
 
-    @property
+    @functools.cached_property
     def model(self) -> RegressionModel:
-        """The estimators' model: the base columns, the sign rule of ``jaxid.fit.model``, the consistent map."""
-        columns = list(self.columns)
+        """The estimators' model: the base columns, the sign rule of ``jaxid.fit.model``, the consistent
+        map (built once per plan: its parametrisation's compiled programs are shared by the trials)."""
+        columns = np.asarray(self.columns)
 
         def to_model(standard):
-            return np.asarray(self.base.values(standard))[columns]
+            return self.base.values(standard)[..., columns]
 
         nonnegative = nonnegative_names(self.names, self.labels)
         return RegressionModel(

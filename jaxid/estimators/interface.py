@@ -37,12 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 from jaxtyping import Array
 
+from ..consistency import project_to_consistent, unconstrained_from_standard
 from ..identification import idim_iv as log_idim_iv
 from ..identification import idim_ls as log_idim_ls
 from ..identification import idim_ls_consistent, idim_rls, kalman_filter_fit, output_error
-from ..identification.idim import Identification
+from ..identification.idim import Identification, consistent_estimate
 from ..types import did_you_mean
 from .abstract import (
     AbstractEstimator,
@@ -79,6 +81,7 @@ __all__ = [
     "EKF",
     "UKF",
     "OutputError",
+    "OutputErrorConsistent",
     "ESTIMATORS",
     "names_for",
     "estimator_class",
@@ -225,11 +228,7 @@ class IdimLS(_AbstractRegression):
         weighted = options.pop("weighting") == "joint"
         constraint = options.pop("constraint")
         if constraint == "consistent":
-            if model.consistent is None:
-                raise ValueError(
-                    f'{self.name}: constraint "consistent" needs a model of an arm\'s base parameters with all of them '
-                    'free (RegressionModel.consistent); use constraint "sign" or "none".'
-                )
+            _consistent_map(model, self.name)
             if start is None:
                 start = log_idim_ls(logs, model.regressor, model.names, known=model.known, **options)
             return idim_ls_consistent(logs, model.consistent, model.names, start=start, known=model.known, **options)
@@ -364,7 +363,13 @@ class UKF(_AbstractArmFilter):
 
 class OutputError(AbstractEstimator):
     """Multiple-shooting output error on measured angles (``jaxid.identification.output_error``),
-    logs only; on simulated periodic records the output error is ``nonlinear_oe``."""
+    logs only; on simulated periodic records the output error is ``nonlinear_oe``.
+
+    ``constraint="consistent"``: the fit runs over the log-Cholesky coordinates ``z`` of the arm's
+    standard parameters (``θ = to_model(standard_from_unconstrained(z))``: every iterate a physically
+    consistent arm), started from the consistent least squares on IDIM-LS's rows (projected inside
+    with the margin 1e-2); needs the model's ``ConsistentMap``.
+    """
 
     name: ClassVar[str] = "output_error"
     function: ClassVar[Callable[..., Estimate] | None] = None
@@ -375,7 +380,13 @@ class OutputError(AbstractEstimator):
     takes_noise_mean: ClassVar[bool] = False
     uses_noise_std: ClassVar[bool] = False
     needs_whole_periods: ClassVar[bool] = False
-    log_options: ClassVar[tuple[str, ...]] = ("segment_s", "stride", "continuity_weight", "max_iterations")
+    log_options: ClassVar[tuple[str, ...]] = (
+        "segment_s",
+        "stride",
+        "continuity_weight",
+        "max_iterations",
+        "constraint",
+    )
     log_only: ClassVar[tuple[str, ...]] = log_options
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
 
@@ -383,6 +394,46 @@ class OutputError(AbstractEstimator):
     stride: int = _static(5)
     continuity_weight: float = _static_float(100.0)
     max_iterations: int = _static(30)
+    constraint: Literal["none", "consistent"] = _static("none")
+
+    def _fit_logs(self, logs, model, start, options):
+        if options.pop("constraint") == "none":
+            return output_error(logs, model.regressor, model.names, start=start, known=model.known, **options)
+        consistent = _consistent_map(model, self.name)
+        standard = consistent_estimate(logs, consistent, start=start, known=model.known).standard
+        z0 = unconstrained_from_standard(project_to_consistent(standard, floor=CONSISTENT_START_FLOOR))
+        return output_error(
+            logs,
+            model.regressor,
+            model.names,
+            parametrisation=consistent.parametrisation,
+            start_z=np.asarray(z0),
+            known=model.known,
+            **options,
+        )
+
+
+class OutputErrorConsistent(OutputError):
+    """Physically consistent output error (``OutputError(constraint="consistent")``), 100 evaluations."""
+
+    name: ClassVar[str] = "output_error_consistent"
+
+    max_iterations: int = _static(100)
+    constraint: Literal["none", "consistent"] = _static("consistent")
+
+
+#: The margin inside the consistent set of consistent output error's start: a coordinate started at
+#: the brink (``e^z ≈ 0``) has a vanishing gradient and barely moves.
+CONSISTENT_START_FLOOR = 1e-2
+
+
+def _consistent_map(model, name: str):
+    if model.consistent is None:
+        raise ValueError(
+            f'{name}: constraint "consistent" needs a model of an arm\'s base parameters with all of them '
+            'free (RegressionModel.consistent); use constraint "none".'
+        )
+    return model.consistent
 
 
 #: Name → estimator class: the names experiment files, the study runner and the CLI use.
@@ -401,6 +452,7 @@ ESTIMATORS: dict[str, type[AbstractEstimator]] = {
         EKF,
         UKF,
         OutputError,
+        OutputErrorConsistent,
     )
 }
 

@@ -188,10 +188,16 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
 
 def _check_consistent(resolved: dict[str, Any], arm) -> None:
     """The physically consistent fit needs an arm of standard parameters (a URDF) with every base parameter free."""
+    from ..estimators import estimator_class
     from ..model import SerialArm
 
     est = resolved["estimators"]
-    wanted = [n for n in est["use"] if n == "idim_ls_consistent" or est.get(n, {}).get("constraint") == "consistent"]
+
+    def consistent(name):
+        field = estimator_class(name).__dataclass_fields__.get("constraint")
+        return est.get(name, {}).get("constraint", field.default if field else "none") == "consistent"
+
+    wanted = [n for n in est["use"] if consistent(n)]
     fit = resolved["fit"]
     if wanted and (not isinstance(arm, SerialArm) or fit["fixed"] or fit["unknowns"] != "base"):
         raise config_error(

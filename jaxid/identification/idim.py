@@ -47,6 +47,7 @@ __all__ = [
     "idim_iv",
     "idim_rls",
     "idim_ls_consistent",
+    "consistent_estimate",
     "default_decimation",
     "segment_starts",
     "regression_rows",
@@ -447,6 +448,22 @@ def idim_rls(
 _compiled_rls = jax.jit(recursive_least_squares)
 
 
+def consistent_estimate(
+    logs: Sequence[FilteredLog],
+    consistent,
+    *,
+    start: Identification,
+    decimate: int | None = None,
+    known: Known | None = None,
+    **options,
+):
+    """``consistent_least_squares`` on IDIM-LS's weighted rows of the standard regressor of
+    ``consistent`` (a ``ConsistentMap``): the ``ConsistentEstimate`` of the standard parameters."""
+    w, y, _ = _weighted_rows(logs, consistent.regressor, start, decimate, known)
+    prior = None if consistent.prior is None else jnp.asarray(consistent.prior)
+    return consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
+
+
 def idim_ls_consistent(
     logs: Sequence[FilteredLog],
     consistent,
@@ -466,9 +483,7 @@ def idim_ls_consistent(
     whether the solver converged.
     """
     names = tuple(names)
-    w, y, _ = _weighted_rows(logs, consistent.regressor, start, decimate, known)
-    prior = None if consistent.prior is None else jnp.asarray(consistent.prior)
-    est = consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
+    est = consistent_estimate(logs, consistent, start=start, decimate=decimate, known=known, **options)
     theta = np.asarray(consistent.to_model(est.standard), dtype=float)
     status = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(int(est.status), "failed")
     return Identification(

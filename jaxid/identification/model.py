@@ -11,12 +11,14 @@ name looked up: every estimator of ``jaxid.estimators`` takes ``(logs, model)``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..consistency import standard_from_unconstrained
 from .data import Known, Regressor
 
 __all__ = ["RegressionModel", "ConsistentMap"]
@@ -30,7 +32,8 @@ class ConsistentMap:
         arm: the nominal arm (its ``standard_names``; its values are the default prior).
         regressor: ``Y_s(q, q', q'') -> (..., n, 14 n)``, the standard regressor (zero columns for
             terms the model leaves out, e.g. Coulomb friction).
-        to_model: ``φ -> θ`` (e.g. the base values at the model's columns).
+        to_model: ``φ -> θ`` (e.g. the base values at the model's columns), pure JAX (it is traced
+            and differentiated by consistent output error).
         prior: ``(14 n,)`` the standard parameters the fit is regularised towards (default the arm's).
     """
 
@@ -38,6 +41,17 @@ class ConsistentMap:
     regressor: Regressor
     to_model: Callable[[Any], Any]
     prior: np.ndarray | None = None
+
+    @functools.cached_property
+    def parametrisation(self) -> Callable[[Any], Any]:
+        """``z -> θ = to_model(standard_from_unconstrained(z))``: every ``z`` a physically consistent
+        arm (``jaxid.consistency``); one function object per map, so that its compiled Jacobian is
+        reused (output error keys its programs by the function's identity)."""
+
+        def theta(z):
+            return self.to_model(standard_from_unconstrained(z))
+
+        return theta
 
 
 @dataclass(frozen=True)

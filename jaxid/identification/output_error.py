@@ -243,6 +243,8 @@ def output_error(
         int(res_blocks.shape[0] * res_blocks.shape[1]),
         int(sol.njev),
         notes,
+        # scipy: 0 = the evaluation budget ran out, 1-4 = a tolerance met, -1 = failed.
+        {0: "max_iterations", -1: "failed"}.get(int(sol.status), "ok"),
     )
     return (est, z[:q_dim].copy()) if return_z else est
 
