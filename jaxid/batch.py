@@ -34,7 +34,10 @@ from .types import Record, any_traced
 __all__ = ["DEFAULT_OPTIONS", "CPU_COMPILER_OPTIONS", "compiler_options", "resolve_options", "run_batch"]
 
 #: XLA options the CPU runner is compiled with (see the module docstring); edit or empty this dict
-#: to change them, or set the same option in ``XLA_FLAGS`` (which wins).
+#: to change them, or set the same option in ``XLA_FLAGS`` (which wins). Checked for wrong SIMD lanes
+#: and run-to-run differences on an AVX-512 CPU (``scripts/check_vector_width.py``, fresh processes):
+#: none; the records are bitwise equal to those compiled with 256-bit vectors
+#: (``docs/performance.md``, "The 512-bit vector option").
 CPU_COMPILER_OPTIONS: dict[str, str] = {"xla_cpu_prefer_vector_width": "512"}
 
 DEFAULT_OPTIONS = dict(

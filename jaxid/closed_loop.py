@@ -720,7 +720,14 @@ def _runner(static_items, ndev: int, chunk: int, noisy: bool):
     # XLA's default vector width, not ``jaxid.batch.CPU_COMPILER_OPTIONS`` (512-bit): compiled with
     # it, an open-loop batch (a torque shared by the trials) returned non-finite or diverged states
     # in one SIMD lane of a chunk (every 8th trial) in 6 of 26 identical runs on an AVX-512 CPU
-    # (jax 0.10.2), never in 16 runs at the default width.
+    # (jax 0.10.2), never in 16 runs at the default width. Reproduced by scripts/check_vector_width.py
+    # (Panda, OpenLoop, 1 kHz, chunk 256, 2 host devices) on the generic path (unrolled=False), batch
+    # 1024 (two chunks per device), 0.5 s: at 512 bits 2 of 5 fresh runs had 32 diverged trials, all
+    # lane 3 of 8 of one device's second chunk, and in 3 of 5 a second call of the same executable
+    # gave other bits (a run-time fault); 5/5 bitwise equal at the default width. Not seen at batch
+    # 512 (one chunk per device; 10 runs) nor on the unrolled fast path at batch 1024 (13 runs, every
+    # one bitwise equal to the default width). Cause unknown: kept at the default width.
+    # docs/performance.md, "The 512-bit vector option".
     return jax.jit(local)
 
 
