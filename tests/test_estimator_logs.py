@@ -145,3 +145,22 @@ def test_make_estimator_builds_every_log_estimator():
     for name in names_for("log"):
         estimator = make_estimator(name)
         assert "log" in estimator.accepts() and set(estimator.data_options("log")) <= set(estimator.option_names())
+
+
+def test_a_fit_stopped_at_its_limit_warns():
+    from jaxid.fit.checks import estimate_warnings
+    from jaxid.fit.model import build_model
+    from jaxid.identification import Identification
+
+    config = jaxid.fit.parse_fit_config(
+        {"fit": {"name": "f"}, "arm": {"preset": "double_pendulum"}, "split": {"train": ["a"]}}
+    )
+    model = build_model(config)
+    p = len(model.names)
+    value = np.ones(p)
+    for status, warned in (("ok", False), ("max_iterations", True)):
+        est = Identification(
+            "output_error", model.names, value, 1e-4 * np.eye(p), p, 1.0, np.ones(2), 10, 30, "", status
+        )
+        kinds = [w["kind"] for w in estimate_warnings(model, "output_error", est, [])]
+        assert ("not_converged" in kinds) == warned, kinds

@@ -138,8 +138,17 @@ def log_warnings(logs, drive_rows, train: list[str], f_exc: float) -> list[dict[
 
 
 def estimate_warnings(model, name: str, est, consistency_rows) -> list[dict[str, str]]:
-    """``inconsistent``, ``std_exceeds_value`` and ``far_from_reference`` for one estimate."""
+    """``not_converged``, ``inconsistent``, ``std_exceeds_value`` and ``far_from_reference`` for one estimate."""
     out = []
+    if est.status != "ok":
+        out.append(
+            _warning(
+                "not_converged",
+                name,
+                f"{name}: the solver stopped with status {est.status!r} (raise its max_iterations in "
+                f"[estimators.{name}]); the estimate is its last iterate.",
+            )
+        )
     failed = [r["check"] for r in consistency_rows if not r["ok"]]
     if failed:
         out.append(_warning("inconsistent", name, f"{name}: physically inconsistent: fails {'; '.join(failed)}."))

@@ -92,6 +92,7 @@ class FitModel:
             est.samples,
             est.iterations,
             est.notes,
+            est.status,
         )
 
 

@@ -196,6 +196,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
                 "residual_std": np.asarray(v.residual_std).tolist(),
                 "samples": v.samples,
                 "iterations": v.iterations,
+                "status": v.status,
                 "notes": v.notes,
             }
             for k, v in estimates.items()
