@@ -16,11 +16,17 @@ layer here gives every estimator the same shape:
   ``model`` (the model fitted), ``history`` (what ``Estimate.history`` holds), ``bound`` (the
   Cramér–Rao bound its spread is compared with), ``takes_noise_mean`` (the angles' noise mean
   enters it and must be subtracted), ``uses_noise_std``, ``needs_whole_periods``.
-- **One call signature** ``estimator(record, excitation, nominal, *, unknowns, q0=(0, 0),
-  noise_std=None, noise_mean=None) -> Estimate``. ``noise_mean`` [rad] is the known mean of the
-  angle noise: estimators with ``takes_noise_mean`` subtract it (as their ``measurement_offset``
-  option, which wins if set); the others ignore it (the frequency-domain fits do not use the DC
-  line, and ``nonlinear_oe`` fits an offset).
+- **One class per estimator, whatever the data came from.** On a simulated record:
+  ``estimator(record, excitation, nominal, *, unknowns, q0=(0, 0), noise_std=None,
+  noise_mean=None) -> Estimate`` (``fit_record``); on measured logs: ``estimator(logs, model, *,
+  start=None) -> Identification`` (``fit_logs``, ``model`` a ``jaxid.identification.RegressionModel``),
+  chosen by the type of the first argument. ``accepts()`` says which data an estimator takes,
+  ``log_options`` which options apply on logs; an option of the other kind, or an estimator on data
+  it does not fit, is a one-line ``ValueError`` (``docs/estimators.md``, "Records and logs").
+  On records, ``noise_mean`` [rad] is the known mean of the angle noise: estimators with
+  ``takes_noise_mean`` subtract it (as their ``measurement_offset`` option, which wins if set);
+  the others ignore it (the frequency-domain fits do not use the DC line, and ``nonlinear_oe``
+  fits an offset).
 - **One name table** ``ESTIMATORS`` (name → class); ``make_estimator(name, options)`` builds one
   from a TOML table, with one-line errors naming a bad option and the allowed ones.
 
