@@ -74,14 +74,9 @@ from .benchmark import Benchmark, base_parameter_crlb, load_benchmark, run_bench
 from .closed_loop import (
     ClosedLoopRecord,
     ComputedTorque,
-    FourierTrajectory,
-    JointLimits,
     MeasurementNoise,
     OpenLoop,
     PDController,
-    check_limits,
-    joint_limits,
-    random_fourier_trajectory,
     simulate_closed_loop,
     simulate_closed_loop_batch,
 )
@@ -168,6 +163,7 @@ from .identification import (
 from .kalman import extended_kalman_filter, recursive_least_squares, unscented_kalman_filter
 from .logs import MeasuredLog, load_log
 from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
+from .reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
 from .report import summarise, write_tables
 from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state

@@ -80,14 +80,9 @@ from .model import unrolled
 from .model.interface import AbstractArm
 from .model.serial import SerialArm
 from .reference import (
-    DEFAULT_LIMITS,
-    DEFAULT_MARGIN,
     FourierTrajectory,
     JointLimits,
-    LimitRatios,
-    check_limits,
     joint_limits,
-    random_fourier_trajectory,
 )
 from .trajectory import _unreachable
 from .types import Status, any_traced, compiled_when_concrete, require_float64
@@ -95,15 +90,7 @@ from .types import Status, any_traced, compiled_when_concrete, require_float64
 __all__ = [
     "DEFAULT_FREQUENCY",
     "DEFAULT_DAMPING_RATIO",
-    "DEFAULT_MARGIN",
-    "DEFAULT_LIMITS",
     "DIVERGENCE_FACTOR",
-    "JointLimits",
-    "LimitRatios",
-    "joint_limits",
-    "FourierTrajectory",
-    "random_fourier_trajectory",
-    "check_limits",
     "AbstractController",
     "PDController",
     "ComputedTorque",

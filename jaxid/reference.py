@@ -5,7 +5,7 @@ trajectories (Swevers' finite Fourier series) that respect them.
 ``SerialArm``'s URDF limits, with ``DEFAULT_LIMITS`` where it gives none), ``FourierTrajectory``
 (``q(t) = q0 + Σ_l a_l sin(l ω t) + b_l cos(l ω t)`` per joint, with its exact derivatives),
 ``random_fourier_trajectory`` (a random draw scaled into the limits at a margin) and
-``check_limits``. ``jaxid.closed_loop`` tracks such a reference and re-exports these names;
+``check_limits``. ``jaxid.closed_loop`` tracks such a reference;
 ``jaxid.trajectory_design`` optimises one.
 """
 

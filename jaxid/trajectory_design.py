@@ -1,6 +1,6 @@
 """Excitation trajectories designed by gradient: the Cramér–Rao bound of the base parameters.
 
-The experiment: an arm tracks a periodic Fourier trajectory (``jaxid.closed_loop.FourierTrajectory``,
+The experiment: an arm tracks a periodic Fourier trajectory (``jaxid.reference.FourierTrajectory``,
 Swevers et al. 1997), its joint torques are measured at ``samples`` equally spaced times of each of
 ``periods`` periods with white Gaussian noise of std ``σ_j`` on joint ``j``, the states are known,
 and IDIM least squares estimates the base parameters ``θ_b`` (``jaxid.model.base_parameters``) from
@@ -50,7 +50,10 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
-from .closed_loop import (
+from .model.base_parameters import BaseParameters, base_parameters, base_regressor
+from .model.interface import AbstractArm
+from .model.serial import SerialArm
+from .reference import (
     DEFAULT_MARGIN,
     FourierTrajectory,
     JointLimits,
@@ -59,9 +62,6 @@ from .closed_loop import (
     joint_limits,
     random_fourier_trajectory,
 )
-from .model.base_parameters import BaseParameters, base_parameters, base_regressor
-from .model.interface import AbstractArm
-from .model.serial import SerialArm
 from .types import compiled_when_concrete, require_float64
 
 __all__ = [

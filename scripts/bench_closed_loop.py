@@ -109,14 +109,9 @@ def main(argv=None):
     import numpy as np
 
     import jaxid
-    from jaxid.closed_loop import (
-        OpenLoop,
-        PDController,
-        random_fourier_trajectory,
-        simulate_closed_loop,
-        simulate_closed_loop_batch,
-    )
+    from jaxid.closed_loop import OpenLoop, PDController, simulate_closed_loop, simulate_closed_loop_batch
     from jaxid.model.urdf import load_arm
+    from jaxid.reference import random_fourier_trajectory
 
     step, batch = args.sample_step, args.batch
     threads = args.threads or os.cpu_count() or 1

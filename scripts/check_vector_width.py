@@ -200,7 +200,8 @@ def closed_loop_inputs(args, path: str) -> None:
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    from jaxid.closed_loop import PDController, random_fourier_trajectory, simulate_closed_loop
+    from jaxid.closed_loop import PDController, simulate_closed_loop
+    from jaxid.reference import random_fourier_trajectory
 
     arm = _panda()
     reference = random_fourier_trajectory(arm, 5, 10.0, key=jax.random.key(args.seed))
@@ -221,7 +222,8 @@ def child_closed_loop(args):
     import numpy as np
 
     from jaxid import closed_loop
-    from jaxid.closed_loop import OpenLoop, random_fourier_trajectory, simulate_closed_loop_batch
+    from jaxid.closed_loop import OpenLoop, simulate_closed_loop_batch
+    from jaxid.reference import random_fourier_trajectory
 
     inputs = np.load(args.inputs)
     unrolled = args.closed_path == "fast"

@@ -112,9 +112,9 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from jaxid.closed_loop import check_limits, joint_limits, random_fourier_trajectory
     from jaxid.model.base_parameters import base_parameters
     from jaxid.model.urdf import load_arm
+    from jaxid.reference import check_limits, joint_limits, random_fourier_trajectory
     from jaxid.trajectory_design import (
         base_parameter_bound,
         design_regressor,

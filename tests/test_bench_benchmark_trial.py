@@ -14,13 +14,8 @@ import pytest
 pytest.importorskip("pinocchio")
 
 from jaxid import load_arm  # noqa: E402
-from jaxid.closed_loop import (  # noqa: E402
-    FourierTrajectory,
-    MeasurementNoise,
-    PDController,
-    measurement_noise,
-    simulate_closed_loop,
-)
+from jaxid.closed_loop import MeasurementNoise, PDController, measurement_noise, simulate_closed_loop
+from jaxid.reference import FourierTrajectory
 
 REPO = Path(__file__).resolve().parent.parent
 URDF = REPO / "data" / "robots" / "ur5_robot.urdf"

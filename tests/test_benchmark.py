@@ -23,10 +23,10 @@ import jaxid
 from jaxid.benchmark import base_parameter_crlb, load_benchmark, run_benchmark
 from jaxid.benchmark import runner as benchmark_runner
 from jaxid.cli import main
-from jaxid.closed_loop import random_fourier_trajectory
 from jaxid.config import ConfigError
 from jaxid.experiment import load_config, run_experiment
 from jaxid.model.urdf import load_arm
+from jaxid.reference import random_fourier_trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LINK = ROOT / "data" / "robots" / "two_link.urdf"

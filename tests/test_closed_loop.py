@@ -27,20 +27,16 @@ from _typecheck import package_errors
 
 from jaxid.closed_loop import (
     ComputedTorque,
-    FourierTrajectory,
-    JointLimits,
     MeasurementNoise,
     OpenLoop,
     PDController,
-    check_limits,
-    joint_limits,
     measurement_noise,
-    random_fourier_trajectory,
     simulate_closed_loop,
     simulate_closed_loop_batch,
 )
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
+from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
 from jaxid.types import Status
 
 ROBOTS = Path(__file__).resolve().parent.parent / "data" / "robots"

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.closed_loop import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
 from jaxid.model.base_parameters import base_parameters
 from jaxid.model.urdf import load_arm
+from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
 from jaxid.trajectory_design import (
     DEFAULT_FLOORS,
     base_parameter_bound,

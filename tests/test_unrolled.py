@@ -22,13 +22,12 @@ from jaxid.closed_loop import (
     PDController,
     _closed_loop,
     fast_path,
-    joint_limits,
-    random_fourier_trajectory,
     simulate_closed_loop,
 )
 from jaxid.model import arm_preset, unrolled
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
+from jaxid.reference import joint_limits, random_fourier_trajectory
 
 ROBOTS = Path(__file__).resolve().parent.parent / "data" / "robots"
 PANDA_FINGERS = ("panda_finger_joint1", "panda_finger_joint2")

@@ -34,21 +34,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..closed_loop import (
-    ComputedTorque,
-    FourierTrajectory,
-    MeasurementNoise,
-    PDController,
-    check_limits,
-    random_fourier_trajectory,
-    simulate_closed_loop_batch,
-)
+from ..closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
 from ..config import Setting
 from ..estimators import IdimLS, make_estimator
 from ..fit.model import BaseColumns, nonnegative_names
 from ..identification import ConsistentMap, RegressionModel, filter_log
 from ..logs import MeasuredLog
 from ..model import SerialArm, base_parameters
+from ..reference import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
 from .bound import base_parameter_crlb
