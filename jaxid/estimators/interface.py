@@ -47,10 +47,10 @@ import numpy as np
 from jaxtyping import Array
 
 from ..consistency import project_to_consistent, unconstrained_from_standard
+from ..identification import consistent_estimate, idim_ls_consistent, idim_rls, kalman_filter_fit, output_error
 from ..identification import idim_iv as log_idim_iv
 from ..identification import idim_ls as log_idim_ls
-from ..identification import idim_ls_consistent, idim_rls, kalman_filter_fit, output_error
-from ..identification.idim import Identification, consistent_estimate
+from ..identification.idim import Identification
 from ..types import did_you_mean
 from .abstract import (
     AbstractEstimator,

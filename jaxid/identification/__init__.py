@@ -3,8 +3,8 @@
 - ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
 - ``model``: ``RegressionModel``, the arm as these estimators see it (regressor, names, known torque,
   constraints);
-- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``, ``idim_rls``, ``idim_ls_consistent``;
-  the ``Identification`` result;
+- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
+- ``reweighted``: ``idim_rls``, ``idim_ls_consistent`` on IDIM-LS's weighted rows;
 - ``output_error``: multiple-shooting output error;
 - ``kalman``: the EKF/UKF of ``jaxid.kalman`` with the regressor model's transition;
 - ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
@@ -18,10 +18,11 @@ estimator, called on a simulated record or on logs: ``IdimLS()(logs, model)``).
 """
 
 from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques
-from .idim import Identification, default_decimation, idim_iv, idim_ls, idim_ls_consistent, idim_rls
+from .idim import Identification, default_decimation, idim_iv, idim_ls
 from .kalman import kalman_filter_fit
 from .model import ConsistentMap, RegressionModel
 from .output_error import angle_noise_std, output_error
+from .reweighted import consistent_estimate, idim_ls_consistent, idim_rls
 from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "idim_iv",
     "idim_rls",
     "idim_ls_consistent",
+    "consistent_estimate",
     "RegressionModel",
     "ConsistentMap",
     "default_decimation",
