@@ -1,4 +1,4 @@
-"""Measured logs of a real arm: read CSV / CSV.gz / parquet, check, resample onto a uniform grid.
+"""Measured logs of a real arm: read (CSV, parquet, npz, ROS bags), check, resample onto a uniform grid.
 
 A robot's log has jittering time stamps (the double pendulum's 500 Hz controller logs steps of
 1.6 to 6 ms), several candidate columns for the same quantity (encoder angle vs the driver's
@@ -6,6 +6,8 @@ filtered angle; the torque the motor driver reports from its current vs the comm
 and sometimes gaps, duplicated stamps or NaNs. ``load_log`` turns such a file into a
 ``MeasuredLog``: uniform time grid, SI units, the columns the user picked (one per joint, for any
 number of joints ``n``), or a one-line ``ValueError`` that says what is wrong and what to change.
+The formats and how columns are named in each (by name or index, arrays, JointState fields) are
+``jaxid.log_formats``'s; this module checks the values and resamples them.
 
 **Resampling.** The samples are linearly interpolated (``numpy.interp``, per column) onto the
 uniform grid ``t_k = t_start + k·Δ``, ``k = 0 … ⌊(t_end − t_start)/Δ⌋``, where ``Δ`` is the
@@ -18,9 +20,6 @@ the data shipped with jaxid; the zero-phase filter applied before differentiatio
 
 from __future__ import annotations
 
-import lzma
-import re
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .types import check_samples, did_you_mean
+from .log_formats import LOG_SUFFIXES, LogTable, check_torque_gain, read_log_table, read_table
+from .types import check_samples
 
 __all__ = ["MeasuredLog", "load_log", "read_table", "check_joint_samples", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]
 
@@ -37,7 +37,7 @@ __all__ = ["MeasuredLog", "load_log", "read_table", "check_joint_samples", "ANGL
 ANGLE_COLUMNS = ("pos_meas1", "pos_meas2")
 TORQUE_COLUMNS = ("tau_meas1", "tau_meas2")
 
-_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
+_SUFFIXES = LOG_SUFFIXES
 
 
 def check_joint_samples(who: str, t, sample_step: float, **arrays) -> None:
@@ -142,117 +142,10 @@ class MeasuredLog(eqx.Module):
         )
 
 
-def read_table(path: str | Path):
-    """Read a CSV, gzipped CSV or parquet file into a pandas DataFrame (format from the suffix).
-
-    Raises ``ValueError`` (one line, naming the file) for a missing file, an unknown suffix, an
-    empty file, a file with a header but no rows, and a file that cannot be read: a truncated or
-    corrupt gzip/bz2/xz or parquet file, or a CSV that is not comma-separated text.
-    """
-    import pandas as pd
-
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"log file {str(path)!r} does not exist.")
-    name = path.name.lower()
-    if name.endswith((".parquet", ".pq")):
-        kind = "parquet"
-    elif name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".txt")):
-        kind = "csv"
-    else:
-        raise ValueError(f"log file {str(path)!r}: unknown format; use .csv, .csv.gz or .parquet.")
-    if path.is_dir():
-        raise ValueError(f"{path.name}: is a directory, not a log file; give the file inside it.")
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path.name}: the file is empty (0 bytes), it holds no samples; copy the log again.")
-    try:
-        frame = pd.read_parquet(path) if kind == "parquet" else pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ValueError(
-            f"{path.name}: the file holds no header and no samples; give a log with a header line and one row per sample."
-        ) from None
-    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as error:
-        raise _unreadable(path, kind, error) from None
-    if len(frame) == 0:
-        raise ValueError(
-            f"{path.name}: the file has a header ({len(frame.columns)} columns) but no rows, it holds no samples; "
-            "give a log with one row per sample."
-        )
-    return frame
-
-
-def _reason(error: BaseException) -> str:
-    """A short one-line reason from a reader's exception."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    text = re.sub(r"^Could not open Parquet input source '[^']*': ", "", text)
-    return text.rstrip(".") if len(text) <= 100 else text[:97] + "..."
-
-
-def _unreadable(path: Path, kind: str, error: BaseException) -> ValueError:
-    if isinstance(error, PermissionError):
-        return ValueError(f"{path.name}: cannot be read (permission denied); check the file's permissions.")
-    compression = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}.get(path.suffix.lower())
-    if compression is not None and isinstance(error, (OSError, EOFError, zlib.error, lzma.LZMAError)):
-        # gzip.BadGzipFile (an OSError), EOFError (cut short), zlib.error (bad block), bz2's OSError, lzma's error.
-        return ValueError(
-            f"{path.name}: not a readable {compression} file (truncated or corrupt: {_reason(error)}); "
-            "copy the log again."
-        )
-    if kind == "parquet":
-        return ValueError(
-            f"{path.name}: not a readable parquet file (truncated or corrupt: {_reason(error)}); "
-            "copy the log again or export it again."
-        )
-    # UnicodeDecodeError (binary content), pandas' ParserError (ragged rows; also what a corrupt block in
-    # the middle of a gzip file usually gives, since pandas parses the garbage before the checksum at the end).
-    damaged = f"the {compression} file may be corrupt or " if compression else ""
-    return ValueError(
-        f"{path.name}: not a readable CSV file ({_reason(error)}); {damaged}a log must be comma-separated text "
-        "with one header line and one row per sample: copy the log again or export it again."
-    )
-
-
-def _joint_count(joints: int | None, *specs) -> int:
-    """``joints`` if given, else the length of the first list of column names, else 2."""
-    if joints is not None:
-        if isinstance(joints, bool) or not isinstance(joints, int) or joints < 1:
-            raise ValueError(f"joints must be a positive integer (the number of joints), got {joints!r}.")
-        return joints
-    for spec in specs:
-        if spec is not None and not isinstance(spec, str):
-            return len(tuple(spec))
-    return 2
-
-
-def _columns(spec: str | Sequence[str], what: str, n: int = 2) -> tuple[str, ...]:
-    if isinstance(spec, str):
-        # A prefix: "tau_con" -> ("tau_con1", "tau_con2", …, "tau_con<n>").
-        return tuple(f"{spec}{j}" for j in range(1, n + 1))
-    spec = tuple(spec)
-    if len(spec) != n or not all(isinstance(s, str) for s in spec):
-        count, joints = ("two", "(joint 1, joint 2)") if n == 2 else (str(n), f"(joint 1 … joint {n})")
-        raise ValueError(f"{what} must be {count} column names {joints} or a prefix string, got {spec!r}.")
-    return spec
-
-
-def _require_column(frame, name: str, what: str, path: Path) -> None:
-    if name in frame.columns:
-        return
-    existing = [str(c) for c in frame.columns]
-    raise ValueError(f"{path.name}: no {what} column {name!r}; the file has {existing}.{did_you_mean(name, existing)}")
-
-
-def _row(index: int, path: Path) -> str:
-    """How messages name a row: its position among the data rows, counted from 0 (pandas' index),
-    and for a CSV also its line in the (decompressed) text, the header being line 1."""
-    if path.name.lower().endswith((".parquet", ".pq")):
-        return f"row {index} (data rows counted from 0)"
-    return f"row {index} (data rows counted from 0; line {index + 2} of the CSV)"
-
-
-def _numbers(frame, name: str, path: Path, rows: slice = slice(None), what: str = "column") -> np.ndarray:
+def _numbers(table: LogTable, name, rows: slice = slice(None), what: str = "column") -> np.ndarray:
     """Column ``name``'s rows ``rows`` as float64; names the first cell that is not a number."""
-    column = frame[name].iloc[rows]
+    path = table.path
+    column = table.frame[name].iloc[rows]
     try:
         return np.asarray(column, dtype=float)
     except (TypeError, ValueError):
@@ -271,16 +164,16 @@ def _numbers(frame, name: str, path: Path, rows: slice = slice(None), what: str 
     window = "" if what == "time column" else ", or choose a window without it"  # every time stamp is used
     raise ValueError(
         f"{path.name}: {what} {name!r} has {len(bad)} non-numeric value(s), the first {value!r} at "
-        f"{_row(first, path)}; fix or drop that row{window}."
+        f"{table.row(first)}; fix or drop that row{window}."
     )
 
 
-def _finite(values: np.ndarray, name: str, path: Path, offset: int = 0) -> None:
+def _finite(values: np.ndarray, name, table: LogTable, offset: int = 0) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0]) + offset
         raise ValueError(
-            f"{path.name}: column {name!r} has {int(bad.sum())} NaN/inf value(s), the first at {_row(row, path)}; "
+            f"{table.path.name}: column {name!r} has {int(bad.sum())} NaN/inf value(s), the first at {table.row(row)}; "
             "clean the log or choose a window without them."
         )
 
@@ -288,62 +181,83 @@ def _finite(values: np.ndarray, name: str, path: Path, offset: int = 0) -> None:
 def load_log(
     path: str | Path,
     *,
-    angles: str | Sequence[str] = ANGLE_COLUMNS,
-    torques: str | Sequence[str] = TORQUE_COLUMNS,
-    velocities: str | Sequence[str] | None = None,
-    time: str = "time",
+    angles: str | Sequence[str | int] | None = None,
+    torques: str | Sequence[str | int] | None = None,
+    velocities: str | Sequence[str | int] | None = None,
+    time: str | int | None = None,
     window: tuple[float | None, float | None] | None = None,
     sample_step: float | None = None,
     joints: int | None = None,
+    header: bool | None = None,
+    torque_gain: float | Sequence[float] = 1.0,
+    topic: str | None = None,
+    joint_names: Sequence[str] | None = None,
 ) -> MeasuredLog:
     """Read a measured log and resample it onto a uniform time grid.
 
     Args:
-        path: ``.csv``, ``.csv.gz`` or ``.parquet`` file with one row per sample.
-        angles: the ``n`` joint-angle columns [rad], or a prefix (``"pos_meas"`` → ``pos_meas1 …
-            pos_measn``).
-        torques: the ``n`` torque columns [N m] (measured ``"tau_meas"``, the default, or commanded
-            ``"tau_con"``: the user's choice), or a prefix.
-        velocities: optional ``n`` velocity columns [rad/s] (or a prefix), carried as ``qd``.
-        time: the time-stamp column [s]; must be strictly increasing.
+        path: a log as the robot wrote it, one row (message) per sample: ``.csv``, ``.csv.gz``,
+            ``.parquet``, a numpy ``.npz`` archive, a ROS 1 ``.bag`` or a ROS 2 bag directory (the
+            formats, their keys and defaults: ``jaxid.log_formats``).
+        angles: the ``n`` joint-angle columns [rad]: names, 0-based indices, or a prefix
+            (``"pos_meas"`` → ``pos_meas1 … pos_measn``, the default for a CSV or parquet file); in an
+            ``.npz`` archive an ``(N, n)`` array's name (default ``"positions"``) or ``n`` names of
+            ``(N,)`` arrays; in a bag the JointState field ``"position"``.
+        torques: the ``n`` torque columns, as ``angles`` (default ``"tau_meas"``, ``"torques"`` in an
+            archive, ``"effort"`` in a bag): the measured or the commanded torque [N m] (the user's
+            choice), or a motor current [A] scaled by ``torque_gain``.
+        velocities: optional ``n`` velocity columns [rad/s], as ``angles`` (``"velocity"`` in a bag),
+            carried as ``qd``; ``None`` (default): not read.
+        time: the time-stamp column [s] (name or index; default ``"time"``, ``"times"`` in an archive,
+            ``"header"`` stamps or ``"receive"`` times in a bag); must be strictly increasing.
         window: ``(start, stop)`` [s] in the file's time axis (``None`` for either end: the
             file's first/last stamp). Must lie inside the data.
         sample_step: the uniform step ``Δ`` [s]; default the median stamp difference in the window.
-        joints: the number of joints ``n``; default the length of the first list of names among
-            ``angles``, ``torques``, ``velocities``, else 2 (the two-link default columns). A list of
-            another length is an error.
+        joints: the number of joints ``n``; default the length of the first list among ``angles``,
+            ``torques``, ``velocities``, else the columns of an archive's angle array or a bag's
+            joints, else 2 (the two-link default columns). A list of another length is an error.
+        header: CSV only: whether the first line names the columns; default the header rule (a
+            first line of numbers only is data: give the columns by index).
+        torque_gain: [N m per unit of the torque column, e.g. N m/A] a number or ``n`` numbers, one
+            per joint, multiplying the torque columns; negative flips a joint's sign. Default 1.
+        topic: bag only: the ``sensor_msgs/msg/JointState`` topic; default the bag's only one.
+        joint_names: bag only: the ``n`` joints to pick from each message, by name, in the arm's
+            order; default the first message's joints in its order.
 
     Returns:
         A ``MeasuredLog`` (float64 if JAX's x64 mode is on, as the CLI and tests set it).
 
     Raises:
-        ValueError: (one line each, naming the file) missing file or column (lists the columns,
-        suggests a close match), unknown format, an empty file or one with no rows, a truncated or
-        corrupt gzip/parquet file, time not strictly increasing, a non-numeric or NaN/inf cell in
-        a used column (these three name the row: counted from 0 among the data rows, and the line
-        of a CSV), a window outside the data or with fewer than 3 samples, a non-positive step, a
-        list of column names whose length is not the number of joints.
+        ValueError: (one line each, naming the file) missing file, column, array, topic or joint
+        (lists what there is, suggests a close match), unknown format, a CSV without header line
+        whose columns are given by name (says to give indices), an empty file or one with no rows, a
+        truncated or corrupt gzip/parquet/npz/bag file, an array of the wrong shape, time not
+        strictly increasing, a non-numeric or NaN/inf cell in a used column (these three name the
+        row: counted from 0 among the data rows, and the line of a CSV; a bag's message), a window
+        outside the data or with fewer than 3 samples, a non-positive step, a list of columns whose
+        length is not the number of joints, a torque gain that is not finite and non-zero.
         ``TypeError`` for an unknown keyword (Python's own message).
 
     The resampling method (linear interpolation at the median step) is described in the
     module docstring. This is a host function (pandas/numpy); the result is a pytree.
     """
     path = Path(path)
-    frame = read_table(path)
-    n = _joint_count(joints, angles, torques, velocities)
-    angle_cols = _columns(angles, "angles", n)
-    torque_cols = _columns(torques, "torques", n)
-    vel_cols = None if velocities is None else _columns(velocities, "velocities", n)
-    _require_column(frame, time, "time", path)
-    for name in angle_cols:
-        _require_column(frame, name, "angle", path)
-    for name in torque_cols:
-        _require_column(frame, name, "torque", path)
-    for name in vel_cols or ():
-        _require_column(frame, name, "velocity", path)
-
-    stamps = _numbers(frame, time, path, what="time column")
-    _finite(stamps, time, path)
+    check_torque_gain(torque_gain, None)  # before reading the file; its length once the joints are known
+    table = read_log_table(
+        path,
+        time=time,
+        angles=angles,
+        torques=torques,
+        velocities=velocities,
+        joints=joints,
+        header=header,
+        topic=topic,
+        joint_names=joint_names,
+    )
+    gain = check_torque_gain(torque_gain, table.joints)
+    time = table.time
+    stamps = _numbers(table, time, what="time column")
+    _finite(stamps, time, table)
     if stamps.size < 3:
         raise ValueError(f"{path.name}: only {stamps.size} rows; a log needs at least 3 samples.")
     steps = np.diff(stamps)
@@ -351,7 +265,7 @@ def load_log(
         row = int(np.flatnonzero(steps <= 0)[0]) + 1
         kind = "repeats" if steps[row - 1] == 0 else "goes backwards"
         raise ValueError(
-            f"{path.name}: time column {time!r} {kind} at {_row(row, path)}: "
+            f"{path.name}: time column {time!r} {kind} at {table.row(row)}: "
             f"t = {stamps[row]:.6g} s after {stamps[row - 1]:.6g} s; time stamps must be strictly "
             "increasing: sort the log and drop duplicated rows."
         )
@@ -389,15 +303,14 @@ def load_log(
     def resample(names):
         out = []
         for name in names:
-            values = _numbers(frame, name, path, slice(lo, hi))
-            _finite(values, name, path, offset=lo)
+            values = _numbers(table, name, slice(lo, hi))
+            _finite(values, name, table, offset=lo)
             out.append(np.interp(grid, stamps[lo:hi], values))
         return np.stack(out, -1)
 
-    q = resample(angle_cols)
-    tau = resample(torque_cols)
-    qd = None if vel_cols is None else jnp.asarray(resample(vel_cols))
-    columns = angle_cols + torque_cols + (vel_cols or ())
+    q = resample(table.angles)
+    tau = resample(table.torques) * gain
+    qd = None if table.velocities is None else jnp.asarray(resample(table.velocities))
     return MeasuredLog(
-        jnp.asarray(grid), jnp.asarray(q), jnp.asarray(tau), qd, str(path), step, columns, int(inside.sum())
+        jnp.asarray(grid), jnp.asarray(q), jnp.asarray(tau), qd, str(path), step, table.columns, int(inside.sum())
     )

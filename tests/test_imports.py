@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "measurement",
         "spectrum",
         "derivatives",
+        "log_formats",
         "logs",
         "filters",
         "kalman",
