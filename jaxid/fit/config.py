@@ -31,10 +31,17 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "fixed": {},
     },
     "log": {
-        "angles": "pos_meas",  # a prefix: pos_meas1 … pos_measn for the arm's n joints
-        "torques": "tau_meas",
+        # Columns by name, 0-based index or prefix (None: the format's default, jaxid.log_formats: a CSV's
+        # pos_meas1 … pos_measn, tau_meas…, time; an .npz archive's positions, torques, times; a bag's
+        # JointState position, effort and header stamps).
+        "angles": None,
+        "torques": None,
         "velocities": None,
-        "time": "time",
+        "time": None,
+        "header": None,  # CSV: whether the first line names the columns (None: the header rule)
+        "torque_gain": 1.0,  # [N m per unit of the torque column] a number or one per joint
+        "topic": None,  # ROS bag: the JointState topic (None: the only one)
+        "joints": None,  # ROS bag: the joint names to pick (None: a URDF arm's joints, else the messages')
         "sample_step": None,
         "window": None,
         "angle_unit": "rad",
@@ -47,6 +54,7 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "candidates": [2, 3, 4, 5, 6, 8, 10],
         "excitation_hz": "auto",
         "trim_s": 0.1,
+        "velocities": "differentiate",  # or "measured": the log's velocities (log.velocities), filtered
     },
     "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
     "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "idim_ls", "band_hz": 10.0},
@@ -181,9 +189,57 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     base_dir = path.parent if path is not None else Path.cwd()
     data_dir = Path(data) if data is not None else (base_dir / fit["data"])
     arm, reference = _arms(raw, fit["reference"], base_dir)
+    _check_log(resolved["log"], flt, arm.dof)
     _check_consistent(resolved, arm)
     resolved[_ARM] = dict(raw.get(_ARM, {}))
     return FitConfig(fit["name"], path, data_dir, resolved, arm, reference)
+
+
+def _check_log(log: dict[str, Any], flt: dict[str, Any], joints: int) -> None:
+    """The ``[log]`` keys of the formats (``jaxid.log_formats``) and ``filter.velocities``, for an arm of ``joints``."""
+    from ..log_formats import check_torque_gain
+
+    def column(v):
+        return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+    if log["time"] is not None and not column(log["time"]):
+        raise config_error(f"log.time must be a column name or a 0-based column index, got {log['time']!r}.")
+    for key in ("angles", "torques", "velocities"):
+        v = log[key]
+        if v is None or isinstance(v, str):
+            continue
+        if not (isinstance(v, list) and all(column(c) for c in v)):
+            raise config_error(
+                f"log.{key} must be a prefix, a name of an .npz array, or a list of {joints} column names or 0-based "
+                f"indices (one per joint), got {v!r}."
+            )
+    if log["header"] is not None and not isinstance(log["header"], bool):
+        raise config_error(
+            f"log.header must be true or false (leave it out for the header rule), got {log['header']!r}."
+        )
+    try:
+        check_torque_gain(log["torque_gain"], joints, "log.torque_gain")
+    except ValueError as err:
+        raise config_error(str(err)) from None
+    if log["topic"] is not None and not (isinstance(log["topic"], str) and log["topic"]):
+        raise config_error(f'log.topic must be a topic name such as "/joint_states", got {log["topic"]!r}.')
+    names = log["joints"]
+    if names is not None and not (
+        isinstance(names, list)
+        and len(names) == joints
+        and all(isinstance(j, str) for j in names)
+        and len(set(names)) == joints
+    ):
+        raise config_error(
+            f"log.joints must be {joints} distinct joint names (the arm's joints, in order), got {names!r}."
+        )
+    if flt["velocities"] not in ("differentiate", "measured"):
+        raise config_error(f'filter.velocities must be "differentiate" or "measured", got {flt["velocities"]!r}.')
+    if flt["velocities"] == "measured" and log["velocities"] is None:
+        raise config_error(
+            'filter.velocities = "measured" needs the logs\' velocities: set log.velocities (the velocity columns, '
+            'e.g. "vel_meas", or "velocities" in an .npz archive, "velocity" in a ROS bag).'
+        )
 
 
 def _check_consistent(resolved: dict[str, Any], arm) -> None:

@@ -51,8 +51,14 @@ def load_logs(config: FitConfig, names: list[str]):
     ``log.angles``/``torques``/``velocities`` lists whose length is not the arm's number of joints (a
     prefix ``"pos_meas"`` names ``pos_meas1 … pos_measn``).
 
-    With ``log.angle_unit = "deg"`` the angles (and velocities) are converted to radians here.
+    A log ``name`` is the first of ``name.csv.gz``, ``name.csv``, ``name.parquet``, ``name.pq``,
+    ``name.npz``, ``name.bag`` (ROS 1) and a directory ``name/`` holding a ROS 2 bag (``metadata.yaml``)
+    that exists; the formats and keys are ``jaxid.log_formats``'s. A bag's joints are picked by name:
+    ``log.joints``, else a URDF/MJCF arm's joint names, else the messages' own order. The torque columns
+    are multiplied by ``log.torque_gain``. With ``log.angle_unit = "deg"`` the angles (and velocities)
+    are converted to radians here.
     """
+    from ..log_formats import log_format
     from ..logs import load_log
 
     opts = config.section("log")
@@ -61,21 +67,33 @@ def load_logs(config: FitConfig, names: list[str]):
         spec = opts[key]
         if spec is None or isinstance(spec, str):
             continue
-        if not (isinstance(spec, list) and len(spec) == joints and all(isinstance(c, str) for c in spec)):
+        if not (
+            isinstance(spec, list)
+            and len(spec) == joints
+            and all(isinstance(c, str | int) and not isinstance(c, bool) for c in spec)
+        ):
             raise config_error(
-                f"log.{key} must be {joints} column names (one per joint of the arm) or a prefix string "
-                f'(e.g. "{"pos_meas" if key == "angles" else "tau_meas" if key == "torques" else "vel_meas"}"), '
+                f"log.{key} must be {joints} column names or 0-based indices (one per joint of the arm) or a prefix "
+                f'string (e.g. "{"pos_meas" if key == "angles" else "tau_meas" if key == "torques" else "vel_meas"}"), '
                 f"got {spec!r}."
             )
+    suffixes = (".csv.gz", ".csv", ".parquet", ".pq", ".npz", ".bag")
     found = {}
     for name in names:
-        candidates = [config.data / f"{name}{s}" for s in (".csv.gz", ".csv", ".parquet", ".pq")]
-        path = next((c for c in candidates if c.exists()), None)
+        candidates = [config.data / f"{name}{s}" for s in suffixes] + [config.data / name]
+        path = next((c for c in candidates if c.is_file() or (c.is_dir() and (c / "metadata.yaml").is_file())), None)
         if path is None:
             raise config_error(
-                f"log {name!r} not found in {config.data} (tried .csv.gz, .csv, .parquet); "
-                "check split.train/test or pass --data DIR."
+                f"log {name!r} not found in {config.data} (tried {', '.join(suffixes)} and a ROS 2 bag directory "
+                f"{name}/); check split.train/test or pass --data DIR."
             )
+        bag = log_format(path) == "bag"
+        joint_names = opts["joints"]
+        if bag and joint_names is None:
+            joint_names = getattr(config.arm, "joint_names", None)  # a URDF/MJCF arm's moving joints
+        if not bag and (opts["topic"] is not None or opts["joints"] is not None):
+            which = "log.topic" if opts["topic"] is not None else "log.joints"
+            raise config_error(f"{which} applies to ROS bags; log {path.name} is not one: leave {which} out.")
         window = opts["window"]
         log = load_log(
             path,
@@ -86,6 +104,10 @@ def load_logs(config: FitConfig, names: list[str]):
             window=None if window is None else tuple(window),
             sample_step=opts["sample_step"],
             joints=joints,
+            header=opts["header"],
+            torque_gain=opts["torque_gain"],
+            topic=opts["topic"] if bag else None,
+            joint_names=list(joint_names) if bag and joint_names is not None else None,
         )
         if opts["angle_unit"] == "deg":
             import equinox as eqx
@@ -103,7 +125,9 @@ def filter_all(logs, cutoff, flt):
     from ..identification.data import filter_log
 
     return {
-        n: filter_log(log, cutoff, method=flt["method"], order=flt["order"], trim_s=flt["trim_s"])
+        n: filter_log(
+            log, cutoff, method=flt["method"], order=flt["order"], trim_s=flt["trim_s"], velocities=flt["velocities"]
+        )
         for n, log in logs.items()
     }
 

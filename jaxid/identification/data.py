@@ -108,20 +108,36 @@ def filter_log(
     method: str = "butterworth",
     order: int | None = None,
     trim_s: float = 0.1,
+    velocities: str = "differentiate",
 ) -> FilteredLog:
     """Filter and differentiate a measured log (see the module docstring).
 
     ``trim_s`` [s] at each end are excluded from estimation and metrics (default 0.1 s).
-    Raises ``ValueError`` (one line) for a bad method or cut-off (from ``jaxid.filters``), and,
-    before any filtering, for a log too short for the filter (Butterworth: its edge padding;
-    Savitzky–Golay: its window) or for ``trim_s`` at both ends: the message names the log, its
-    duration and the shortest duration that works at this step and cut-off.
+    ``velocities``: ``"differentiate"`` (default) differentiates the filtered angles twice;
+    ``"measured"`` takes the log's measured velocities ``log.qd`` instead, through the same zero-phase
+    filter (``method``, ``order``, cut-off), and differentiates them once for the accelerations (the
+    angles are filtered as with ``"differentiate"``).
+    Raises ``ValueError`` (one line) for a bad method or cut-off (from ``jaxid.filters``), for an
+    unknown ``velocities`` or ``"measured"`` on a log without velocities, and, before any filtering,
+    for a log too short for the filter (Butterworth: its edge padding; Savitzky–Golay: its window) or
+    for ``trim_s`` at both ends: the message names the log, its duration and the shortest duration
+    that works at this step and cut-off.
     """
     h = log.sample_step
     q_raw = np.asarray(log.q)
     lp_order = 4 if (order is None or method != "butterworth") else order
+    if velocities not in ("differentiate", "measured"):
+        raise ValueError(f'velocities must be "differentiate" or "measured", got {velocities!r}.')
+    if velocities == "measured" and log.qd is None:
+        raise ValueError(
+            f'{log.name}: velocities = "measured" needs the log\'s velocity columns; read them with '
+            "load_log(velocities=...) ([log] velocities in a fit config)."
+        )
     _check_length(log, cutoff_hz, method, order, lp_order, trim_s)
     qf, qd, qdd = differentiate(q_raw, h, cutoff_hz, method=method, order=order)
+    if velocities == "measured":
+        # The same kernel on the measured velocity: its filtered values and first derivative.
+        qd, qdd, _ = differentiate(np.asarray(log.qd), h, cutoff_hz, method=method, order=order)
     tau_raw = np.asarray(log.tau)
     tau = lowpass(tau_raw, h, cutoff_hz, order=lp_order)
     trim = int(round(trim_s / h))
