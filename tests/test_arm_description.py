@@ -16,7 +16,7 @@ import yaml
 
 from jaxid.config import ConfigError, load_experiment, parse_experiment
 from jaxid.model import double_pendulum, point_mass, table1
-from jaxid.model.arm_table import PRESETS, arm_preset, describe_arm
+from jaxid.model.arm_table import PRESETS, DescriptionWarning, arm_preset, describe_arm
 from jaxid.model.description import arm_from_description, load_parameters, resolve_description, save_parameters
 from jaxid.study import build_arm
 
@@ -189,10 +189,8 @@ DP = {"preset": "double_pendulum"}
         ({**DP, "l1": 300.0}, ["arm.l1 = 300 m", "10 m", "lengths are in metres"]),
         ({**DP, "r2": 32.0}, ["arm.r2", "lengths are in metres"]),
         ({**DP, "m2": 1500.0}, ["arm.m2 = 1500 kg", "1000 kg", "masses are in kg"]),
-        ({**DP, "I2": 0.01}, ["arm.I2 = 0.01", "below m2 r2² = 0.0582", "about the centre of mass?", "J2"]),
         ({**DP, "I1": -0.01}, ["arm.I1", ">= 0"]),
-        ({**DP, "J2": -0.03}, ["arm.J2 = -0.03", "about the centre of mass"]),
-        ({**DP, "m2": 0.05}, ["arm.J2", "from the preset 'double_pendulum'", "m2 = 0.05"]),
+        ({**DP, "J2": -0.1}, ["arm.J2 = -0.1", "about the centre of mass"]),
         ({**DP, "J1": 0.001, "I1": 0.03}, ["both J1", "and I1", "link 1"]),
         ({**DP, "terms": ["rotor"]}, ["arm.fc1", "non-zero", "'coulomb' is not in arm.terms", "fc1 = 0 and fc2 = 0"]),
         ({**DP, "terms": ["rotr"]}, ["arm.terms", "'rotr'", "Did you mean 'rotor'?"]),
@@ -205,6 +203,26 @@ DP = {"preset": "double_pendulum"}
 )
 def test_bad_tables_get_one_line_messages(table, words):
     one_line_error(lambda: arm_from_description(table), *words)
+
+
+@pytest.mark.parametrize(
+    "table, words",
+    [
+        ({**DP, "I2": 0.01}, ["arm.I2 = 0.01", "below m2 r2² = 0.0582", "about the centre of mass?", "J2"]),
+        ({**DP, "J2": -0.03}, ["arm.J2 = -0.03", "about the centre of mass"]),
+        ({**DP, "m2": 0.05}, ["arm.J2", "from the preset 'double_pendulum'", "m2 = 0.05"]),
+    ],
+)
+def test_inertias_beyond_the_allowance_are_read_with_a_warning(table, words):
+    """Below −¼ m r² about the centre of mass but J + m r² >= 0: a fitted set, read as given."""
+    with pytest.warns(DescriptionWarning) as record:
+        arm = arm_from_description(table)
+    message = str(record[0].message)
+    assert "\n" not in message and "Read as given" in message, message
+    for word in words:
+        assert word in message, (word, message)
+    j = float(arm.inertias[1])
+    assert j < -0.25 * float(arm.masses[1] * arm.com[1] ** 2) and j + float(arm.masses[1] * arm.com[1] ** 2) >= 0
 
 
 def test_terms_say_which_optional_terms_exist():
@@ -244,7 +262,6 @@ def test_bad_lab_yaml_files(tmp_path, text, words):
         ("b2", -0.001, ["bad.yml: b2", ">= 0"]),
         ("cf1", ".nan", ["bad.yml: cf1", "not finite"]),
         ("gr", 0, ["bad.yml: gr", "> 0"]),
-        ("I2", 0.01, ["bad.yml: I2 = 0.01", "about the centre of mass?"]),
         ("l2", 300, ["bad.yml: l2 = 300 m", "metres"]),
         ("m1", 641.6937799349799e3, ["bad.yml: m1", "masses are in kg"]),
     ],

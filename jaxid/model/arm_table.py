@@ -44,15 +44,18 @@ Every problem raises a one-line ``ValueError`` naming the file or table and the 
 to change: unknown keys (with a close match), missing keys, non-numeric or non-finite values,
 masses, lengths, gear ratio or Coulomb slope ``<= 0``, negative ``r``, friction, Coulomb level or
 rotor inertia, ``g < 0``, lengths or ``r`` above ``MAX_LENGTH`` (10 m) and masses above ``MAX_MASS``
-(1000 kg) (a unit mistake: lengths are in metres, masses in kg), and an inertia about the centre of
-mass below ``−NEGATIVE_INERTIA_ALLOWANCE m r²`` (−¼ m r²; typically an inertia about the centre of
-mass given as ``I``). Identified parameter sets need not be physically consistent (the lab's double
-pendulum has ``J2 = −0.074 m2 r2²``), hence the allowance rather than ``J >= 0``.
+(1000 kg) (a unit mistake: lengths are in metres, masses in kg), and a negative inertia about the
+joint axis ``J + m r² < 0``. Identified parameter sets need not be physically consistent (the lab's
+double pendulum has ``J2 = −0.074 m2 r2²``): an inertia about the centre of mass below
+``−NEGATIVE_INERTIA_ALLOWANCE m r²`` (−¼ m r²; a mistake when an inertia about the centre of mass was
+given as ``I``, or a fitted set) is read as given with a one-line ``DescriptionWarning`` naming the
+key, its value and the likely mistake.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,7 +77,14 @@ __all__ = [
     "NEGATIVE_INERTIA_ALLOWANCE",
     "arm_preset",
     "describe_arm",
+    "DescriptionWarning",
 ]
+
+
+class DescriptionWarning(UserWarning):
+    """An arm description (a parameter file, an ``[arm]`` table) read as given although no physical arm has
+    its values: an inertia about the centre of mass below the allowance (a fitted set)."""
+
 
 #: The named arms: name -> constructor (no arguments).
 PRESETS: dict[str, Callable[[], TwoLinkArm]] = {
@@ -316,17 +326,24 @@ def _explicit(table: Mapping[str, Any], base: Mapping[str, Any], label: str, whe
         if j < -NEGATIVE_INERTIA_ALLOWANCE * mr2 or j + mr2 < 0:
             floor = f"{1 - NEGATIVE_INERTIA_ALLOWANCE:g} m{i} r{i}²"
             if f"I{i}" in given:
-                raise ValueError(
+                message = (
                     f"{_name(where, f'I{i}')} = {given[f'I{i}']:g} kg m² is below m{i} r{i}² = {mr2:g} kg m² "
-                    f"(J{i} = I{i} − m{i} r{i}² = {j:g}; I{i} >= {floor} is required): is it about the centre of "
-                    f"mass? Then write it as J{i}; I{i} is about the joint axis."
+                    f"(J{i} = I{i} − m{i} r{i}² = {j:g}, below the allowance I{i} >= {floor}): is it about the "
+                    f"centre of mass? Then write it as J{i}; I{i} is about the joint axis."
                 )
-            src = "" if f"J{i}" in given else origin
-            raise ValueError(
-                f"{_name(where, f'J{i}')} = {j:g} kg m²{src} is below −{NEGATIVE_INERTIA_ALLOWANCE:g} m{i} r{i}² = "
-                f"{-NEGATIVE_INERTIA_ALLOWANCE * mr2:g} kg m² (m{i} = {m:g}, r{i} = {r:g}): J{i} is about the centre "
-                f"of mass and cannot be (much) negative; check its sign and units, or give I{i} about the joint axis."
-            )
+            else:
+                src = "" if f"J{i}" in given else origin
+                message = (
+                    f"{_name(where, f'J{i}')} = {j:g} kg m²{src} is below −{NEGATIVE_INERTIA_ALLOWANCE:g} m{i} r{i}² = "
+                    f"{-NEGATIVE_INERTIA_ALLOWANCE * mr2:g} kg m² (m{i} = {m:g}, r{i} = {r:g}): J{i} is about the "
+                    f"centre of mass and no physical link has it (much) negative; check its sign and units, or give "
+                    f"I{i} about the joint axis."
+                )
+            if j + mr2 < 0:  # no TwoLinkArm has it
+                raise ValueError(message)
+            # A non-negative inertia about the joint: an arm (a fitted, not physically consistent set, e.g. a
+            # reference) that is read as given, with a warning.
+            warnings.warn(f"{message} Read as given (not physically consistent).", DescriptionWarning, stacklevel=2)
 
     listed = "terms" in table
     if listed:

@@ -228,7 +228,10 @@ def load_parameters(path: str | Path) -> TwoLinkArm:
 
     Raises ``ValueError`` (one line, naming the file and the key): unreadable or missing file,
     unknown suffix, not a flat mapping, unknown or missing keys, and every value check of
-    ``jaxid.model.arm_table``.
+    ``jaxid.model.arm_table``. A physically inconsistent set that a ``TwoLinkArm`` holds (an inertia
+    about the centre of mass below the allowance, e.g. the lab's ``I2`` below ``m2 r2²``: an identified
+    set) is read as given with a one-line ``DescriptionWarning``, so that it loads as a fit's reference;
+    negative friction stays an error (``TwoLinkArm`` holds none).
     """
     return _build(_read_file(Path(path)))
 

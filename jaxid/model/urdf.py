@@ -27,8 +27,10 @@ names the branching link, lists the branches and proposes a ``fixed_joints`` tha
 
 Every problem is a one-line ``ValueError`` that names the file, the element and what to change
 (unexpanded xacro, unlocked floating/planar joints and moving ``<mimic>`` joints included). What is
-readable but physically odd (an inertia tensor no rigid body has, joints that move no mass) is read
-as given, with a one-line ``UrdfWarning``.
+readable but physically inconsistent or odd (a negative mass, an inertia tensor no rigid body has, a
+negative ``<dynamics damping>`` or ``friction``, as identified parameter sets may have; joints that
+move no mass) is read as given, with a one-line ``UrdfWarning`` naming the link or joint, the
+quantity and its value: such a file loads as a fit's reference or an ``[arm]``'s geometry.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
@@ -122,8 +126,12 @@ def _link_inertial(reader: _Reader, link) -> tuple[float, np.ndarray, np.ndarray
     if mass_element is None:
         raise reader.fail(where, "<mass value=...> is missing; add it [kg]")
     mass = reader.number(mass_element, "value", f"{where} <mass>")
+    problems = []
     if mass < 0:
-        raise reader.fail(f"{where} <mass>", f"mass {mass} is negative; give the link's mass in kg (0 for massless)")
+        problems.append(
+            f"{reader.source}: {where} <mass>: mass {mass} kg is negative; read as given (a fitted, not physically "
+            "consistent set?), but no rigid body has it"
+        )
     rot, com = reader.origin(inertial, where)
     tensor_element = inertial.find("inertia")
     if tensor_element is None:
@@ -133,7 +141,6 @@ def _link_inertial(reader: _Reader, link) -> tuple[float, np.ndarray, np.ndarray
     tensor = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
     moments = np.linalg.eigvalsh(tensor)
     tol = 1e-9 * max(np.abs(moments).max(), 1e-300)
-    problems = []
     if moments[0] < -tol:
         problems.append(
             f"{reader.source}: {where} <inertia>: the tensor is not positive semidefinite (principal moments "
@@ -204,13 +211,14 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
     that is not ``<robot>``, unexpanded xacro, an unlocked ``floating`` or ``planar`` joint or an unknown
     joint type, a joint naming an unknown link, a link that is the child of two joints, no single root or
     a link not connected to it, a branch with moving joints on two sides (the message lists the branches
-    and a ``fixed_joints`` that leaves one), a moving ``<mimic>`` joint, a negative mass, an
-    ``<inertial>`` without ``<mass>`` or ``<inertia>``, a zero axis, negative damping or friction, lower
-    limit above upper, a non-numeric attribute, an unknown name in ``fixed_joints``, or no moving joint.
+    and a ``fixed_joints`` that leaves one), a moving ``<mimic>`` joint, an ``<inertial>`` without
+    ``<mass>`` or ``<inertia>``, a zero axis, lower limit above upper, a non-numeric attribute, an
+    unknown name in ``fixed_joints``, or no moving joint.
 
-    Warns (``UrdfWarning``, one line each, the file read as given) for an inertia tensor of a moving
-    link that is not positive semidefinite or violates the triangle inequality, and for joints that move
-    no mass or inertia (the mass matrix is then singular and forward dynamics gives ``nan``).
+    Warns (``UrdfWarning``, one line each, the file read as given) for what no physical arm has: a
+    negative mass or an inertia tensor that is not positive semidefinite or violates the triangle
+    inequality (of a moving link), a negative ``<dynamics damping>`` or ``friction``; and for joints
+    that move no mass or inertia (the mass matrix is then singular and forward dynamics gives ``nan``).
     """
     source = os.fspath(path)
     reader = _Reader(source)
@@ -367,8 +375,12 @@ def parse_urdf(path: str | os.PathLike, *, fixed_joints: Sequence[str] = ()) -> 
             dynamics = joint.find("dynamics")
             damping = reader.number(dynamics, "damping", f"{where} <dynamics>", 0.0)
             friction = reader.number(dynamics, "friction", f"{where} <dynamics>", 0.0)
-            if damping < 0 or friction < 0:
-                raise reader.fail(f"{where} <dynamics>", "damping and friction must be non-negative")
+            for key, value in (("damping", damping), ("friction", friction)):
+                if value < 0:
+                    problems.append(
+                        f"{source}: {where} <dynamics>: {key} {value} is negative (friction that drives the joint); "
+                        "read as given (a fitted, not physically consistent set?), but no physical joint has it"
+                    )
             chain.append(
                 dict(
                     name=name,
@@ -431,6 +443,10 @@ def load_arm(
     ``jaxid.model.mjcf``): geometry, inertial parameters, damping as viscous and friction (URDF
     ``<dynamics friction>``, MJCF ``frictionloss``) as Coulomb friction, the limits.
 
+    A file's negative damping or friction (warned by ``parse_urdf``) is kept: the arm holds it, although
+    ``SerialArm``'s constructor refuses negative friction given in code (``with_parameters`` on such an
+    arm refuses it too; ``inverse_dynamics`` and the rest use it as read).
+
     ``armature`` [kg m²] and ``offset`` [N m]: scalars or ``(n,)``; ``armature`` defaults to the file's
     (MJCF ``armature``; URDF has none: 0). ``gravity`` [m/s²] in the root frame defaults to the file's
     (MJCF ``<option gravity>``; URDF has none: ``(0, 0, −9.81)``). ``fixed_joints``: see ``parse_urdf``
@@ -444,14 +460,14 @@ def load_arm(
         chain, file_armature, file_gravity = parse_mjcf(path, fixed_joints=fixed_joints)
     else:
         chain = parse_urdf(path, fixed_joints=fixed_joints)
-    return SerialArm(
+    arm = SerialArm(
         chain.joint_types,
         chain.axes,
         chain.parent_rotations,
         chain.parent_translations,
         chain.inertial,
-        viscous=chain.damping,
-        coulomb=chain.friction,
+        viscous=np.maximum(chain.damping, 0.0),
+        coulomb=np.maximum(chain.friction, 0.0),
         armature=file_armature if armature is None else armature,
         offset=offset,
         gravity=file_gravity if gravity is None else gravity,
@@ -462,6 +478,10 @@ def load_arm(
         velocity_limits=chain.velocity_limits,
         effort_limits=chain.effort_limits,
     )
+    if np.any(chain.damping < 0) or np.any(chain.friction < 0):  # the file's values, warned by the parser
+        friction = (jnp.asarray(chain.damping, dtype=float), jnp.asarray(chain.friction, dtype=float))
+        arm = eqx.tree_at(lambda a: (a.viscous, a.coulomb), arm, friction)
+    return arm
 
 
 def _is_mjcf(path: str | os.PathLike) -> bool:
