@@ -326,7 +326,8 @@ def _pick_columns(frame, spec, what: str, n: int, path: Path, header: bool) -> t
     if not kinds_ok or (what != "time" and len(spec) != n):
         count, joints = ("two", "(joint 1, joint 2)") if n == 2 else (str(n), f"(joint 1 … joint {n})")
         raise ValueError(
-            f"{key} must be {count} column names or 0-based indices {joints} or a prefix string, got {spec!r}."
+            f"{key} must be {count} column names {joints} or a prefix string, or {count} 0-based column indices, "
+            f"got {spec!r}."
         )
     columns = list(frame.columns)
     labels = []

@@ -73,9 +73,9 @@ def load_logs(config: FitConfig, names: list[str]):
             and all(isinstance(c, str | int) and not isinstance(c, bool) for c in spec)
         ):
             raise config_error(
-                f"log.{key} must be {joints} column names or 0-based indices (one per joint of the arm) or a prefix "
-                f'string (e.g. "{"pos_meas" if key == "angles" else "tau_meas" if key == "torques" else "vel_meas"}"), '
-                f"got {spec!r}."
+                f"log.{key} must be {joints} column names (one per joint of the arm) or a prefix string "
+                f'(e.g. "{"pos_meas" if key == "angles" else "tau_meas" if key == "torques" else "vel_meas"}"), '
+                f"or {joints} 0-based column indices, got {spec!r}."
             )
     suffixes = (".csv.gz", ".csv", ".parquet", ".pq", ".npz", ".bag")
     found = {}
