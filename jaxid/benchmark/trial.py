@@ -37,7 +37,7 @@ import numpy as np
 from ..closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
 from ..config import Setting
 from ..estimators import IdimLS, make_estimator
-from ..fit.model import BaseColumns, nonnegative_names
+from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
 from ..identification import ConsistentMap, RegressionModel, filter_log
 from ..logs import MeasuredLog
 from ..model import SerialArm, base_parameters
@@ -65,20 +65,6 @@ ESTIMATOR_DOC = {
 }
 
 
-class _StandardRegressor:
-    """``Y(q, q', q'')`` of all ``14 n`` standard parameters, with ``zero`` columns set to 0 (the Coulomb
-    columns of a model without Coulomb friction). Hashable by identity (one compile per plan)."""
-
-    def __init__(self, arm: SerialArm, zero: tuple[int, ...]):
-        self.arm = arm
-        keep = np.ones(len(arm.standard_names))
-        keep[list(zero)] = 0.0
-        self.keep = keep
-
-    def __call__(self, q, qd, qdd):
-        return self.arm.standard_regressor(q, qd, qdd) * jnp.asarray(self.keep)
-
-
 @dataclass
 class BenchmarkPlan:
     """Everything a setting's trials share (``make_plan``)."""
@@ -92,7 +78,7 @@ class BenchmarkPlan:
     labels: tuple[str, ...]
     truth: np.ndarray  # (p,) the true base parameters of the model's columns
     regressor: BaseColumns
-    standard: _StandardRegressor
+    standard: StandardColumns
     base: object
     reference: FourierTrajectory
     controller: object
@@ -230,7 +216,7 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
         labels=tuple(base.labels[i] for i in columns),
         truth=truth_all[list(columns)],
         regressor=BaseColumns(nominal, base, columns),
-        standard=_StandardRegressor(nominal, zero),
+        standard=StandardColumns(nominal, zero),
         base=base,
         reference=reference,
         controller=controller,

@@ -20,6 +20,7 @@ from .config import FitConfig, config_error
 __all__ = [
     "FitModel",
     "BaseColumns",
+    "StandardColumns",
     "build_model",
     "SIGN_CONSTRAINED",
     "SIGN_CONSTRAINED_PREFIXES",
@@ -162,6 +163,23 @@ def build_model(config: FitConfig) -> FitModel:
     return FitModel(arm, base, names, tuple(base.labels), regressor, reference, free, values, free_regressor, known)
 
 
+class StandardColumns:
+    """``Y(q, q', q'')`` of all ``14 n`` standard parameters of a ``SerialArm`` with the ``zero`` columns set
+    to 0 (e.g. the Coulomb columns of a model without Coulomb friction). Hashable by identity, so one
+    compile per object (a bound ``arm.standard_regressor`` is not hashable: the arm holds arrays)."""
+
+    def __init__(self, arm, zero: tuple[int, ...] = ()):
+        self.arm = arm
+        keep = np.ones(len(arm.standard_names))
+        keep[list(zero)] = 0.0
+        self.keep = keep
+
+    def __call__(self, q, qd, qdd):
+        import jax.numpy as jnp
+
+        return self.arm.standard_regressor(q, qd, qdd) * jnp.asarray(self.keep)
+
+
 class BaseColumns:
     """Columns ``columns`` of an arm's base regressor, ``Y_B[..., columns]`` ``(..., n, len(columns))``, and
     its product with parameters computed without forming it (``jaxid.identification.data.Regressor``).
@@ -241,7 +259,7 @@ def regression_model(model: FitModel, prior: np.ndarray | None = None) -> Regres
 
     consistent = None
     if isinstance(model.arm, SerialArm) and len(model.free) == len(model.names):
-        consistent = ConsistentMap(model.arm, model.arm.standard_regressor, model.base.values, prior)
+        consistent = ConsistentMap(model.arm, StandardColumns(model.arm), model.base.values, prior)
     nonnegative = tuple(n for n in sign_constrained(model) if n in model.free_names)
     return RegressionModel(model.free_regressor, model.free_names, model.known, nonnegative, consistent)
 
