@@ -226,10 +226,39 @@ def test_ur5_fit_tables_checks_and_export(ur5_fit):
     assert any(c.startswith("mass matrix D(q) positive definite") for c in checks) and consistency["ok"].all()
     warnings = pd.read_csv(ur5_fit / "warnings.csv")
     assert not set(warnings["kind"]) & {"inconsistent", "worse_than_reference", "far_from_reference", "degrees"}
-    # A URDF arm has no parameter-file writer: only the base parameters are exported, and the manifest says so.
-    assert sorted(p.name for p in (ur5_fit / "identified").iterdir()) == ["base_parameters.toml"]
+    # A URDF arm is written back as URDF and MJCF per estimator (jaxid.fit.writeback), beside the base parameters.
+    names = ["base_parameters.toml", "idim_iv.urdf", "idim_iv.xml", "idim_ls.urdf", "idim_ls.xml"]
+    assert sorted(p.name for p in (ur5_fit / "identified").iterdir()) == names
     manifest = json.loads((ur5_fit / "manifest.json").read_text())
-    assert manifest["exported"] == ["identified/base_parameters.toml"] and "URDF" in manifest["export_note"]
+    assert sorted(manifest["exported"]) == [f"identified/{n}" for n in names] and "export_note" not in manifest
+
+
+def test_ur5_fit_writes_back_a_urdf_that_loads(ur5_logs, ur5_base, ur5_fit):
+    """``identified/<estimator>.urdf`` loads with the options its header names and gives the estimate's
+    torque (its base parameters from ``base_parameters.toml``) to round-off, or, warned as
+    ``exported_projection`` and said in its header, that of its consistent projection (here IDIM-LS's,
+    4.7e-5 relative RMS away; IDIM-IV's base parameters are realisable)."""
+    import tomllib
+
+    from jaxid.fit.writeback import written_options
+
+    tables = tomllib.loads((ur5_fit / "identified" / "base_parameters.toml").read_text())
+    warned = pd.read_csv(ur5_fit / "warnings.csv").query("kind == 'exported_projection'")
+    q, qd, qdd = (np.random.default_rng(k).uniform(-2, 2, (20, 6)) for k in range(3))
+    exact = []
+    for name in ("idim_ls", "idim_iv"):
+        path = ur5_fit / "identified" / f"{name}.urdf"
+        arm = load_arm(path, **written_options(path))
+        assert arm.joint_names == ur5_logs[1].joint_names and "<mesh" in path.read_text()
+        theta = np.array([tables[name][n]["value"] for n in ur5_base.names])
+        expected = np.asarray(jaxid.base_regressor(ur5_logs[1], q, qd, qdd, ur5_base) @ theta)
+        error = np.abs(np.asarray(arm.inverse_dynamics(q, qd, qdd)) - expected).max() / np.abs(expected).max()
+        if name in set(warned["model"]):
+            assert "NOT THE ESTIMATE ITSELF" in path.read_text() and error < 1e-3, (name, error)
+        else:
+            assert "NOT THE ESTIMATE" not in path.read_text() and error < 1e-9, (name, error)
+            exact.append(name)
+    assert exact  # at least one estimate written exactly
 
 
 def test_logs_of_n_joints(ur5_logs):

@@ -13,9 +13,11 @@ motion (the same base parameters); the file says so in its header. An estimate t
 arm with those masses realises (e.g. ``m1 r1 + l1 m2 < l1 m2``, a negative first moment) is not
 written as a parameter file; the runner warns and names it.
 
-Only a ``TwoLinkArm`` has parameter files. For any other arm (a ``SerialArm`` from a URDF) only
-``identified/base_parameters.toml`` is written, and the manifest's ``export_note`` says so: writing a
-URDF back (masses, centres of mass and inertia tensors solved from the base parameters) is not done.
+Only a ``TwoLinkArm`` has parameter files. A ``SerialArm`` (``[arm] urdf`` or ``mjcf``) gets
+``identified/<estimator>.urdf`` and ``identified/<estimator>.xml`` (MJCF) instead: the physically
+consistent standard parameters closest to the ``[arm]``'s with the estimate's base parameters, or the
+estimate's consistent projection where no consistent arm has them (the runner warns, kind
+``exported_projection``); the rule and the files are ``jaxid.fit.writeback``'s.
 """
 
 from __future__ import annotations
@@ -48,9 +50,16 @@ def _has_parameter_files(model) -> bool:
     return isinstance(model.arm, TwoLinkArm)
 
 
+def _has_robot_files(model) -> bool:
+    from ..model import SerialArm
+
+    return isinstance(model.arm, SerialArm)
+
+
 def export_note(model) -> str | None:
-    """Why only ``base_parameters.toml`` is written for ``model``'s arm, or ``None`` (a two-link arm)."""
-    if _has_parameter_files(model):
+    """Why only ``base_parameters.toml`` is written for ``model``'s arm, or ``None`` (a two-link arm's
+    parameter files, a ``SerialArm``'s URDF and MJCF)."""
+    if _has_parameter_files(model) or _has_robot_files(model):
         return None
     return (
         f"{type(model.arm).__name__}: only identified/base_parameters.toml is written; jaxid has no writer of "
@@ -62,13 +71,42 @@ def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def export_parameters(out: Path, fit_name: str, estimates: dict, model) -> tuple[list[Path], dict[str, str]]:
-    """Write the files of the module docstring; return ``(paths, {estimator: why not exported})``."""
+def _robot_source(config) -> tuple[Path | None, tuple[str, ...]]:
+    """The URDF an ``[arm] urdf`` table read (``None`` for an MJCF arm or no config) and its ``fixed_joints``."""
+    table = {} if config is None else config.raw.get("arm", {})
+    if "urdf" not in table:
+        return None, ()
+    base_dir = config.path.parent if config.path is not None else Path.cwd()
+    return base_dir / table["urdf"], tuple(table.get("fixed_joints", ()))
+
+
+def export_parameters(
+    out: Path, fit_name: str, estimates: dict, model, *, config=None, notes: list | None = None
+) -> tuple[list[Path], dict[str, str]]:
+    """Write the files of the module docstring; return ``(paths, {estimator: why not exported})``.
+
+    ``config``: the ``FitConfig`` (a ``SerialArm``'s URDF is written from its ``[arm] urdf`` file, meshes
+    and all; without it, from the arm). ``notes``: a list that gets one row ``{"kind": "exported_projection",
+    "model": estimator, "message": ...}`` per estimate written through its consistent projection (the
+    runner's warnings).
+    """
     from ..model.description import save_parameters
 
     folder = Path(out) / "identified"
     folder.mkdir(parents=True, exist_ok=True)
     paths, skipped = [], {}
+    if _has_robot_files(model):
+        from .writeback import export_arm_files
+
+        source, fixed_joints = _robot_source(config)
+        written, projected, failed = export_arm_files(
+            folder, fit_name, estimates, model, source=source, fixed_joints=fixed_joints
+        )
+        paths += written
+        skipped.update(failed)
+        for name, message in projected.items():
+            if notes is not None:
+                notes.append({"kind": "exported_projection", "model": name, "message": f"{name}: {message}"})
     files = estimates if _has_parameter_files(model) else {}
     if files:
         masses = ", ".join(

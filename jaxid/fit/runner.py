@@ -159,7 +159,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     if cutoff_table:
         pd.DataFrame(cutoff_table).to_csv(out / "cutoff.csv", index=False, float_format="%.6g")
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4g")
-    exported, not_exported = export_parameters(out, config.name, estimates, model)
+    exported, not_exported = export_parameters(out, config.name, estimates, model, config=config, notes=notes)
     for name, why in not_exported.items():
         notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
     pd.DataFrame(notes, columns=["kind", "model", "message"]).to_csv(out / "warnings.csv", index=False)
