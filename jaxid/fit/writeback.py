@@ -21,15 +21,17 @@ where one exists), and the kept columns are set exactly, ``φ_kept = β − K_de
 vector is physically consistent (relative tolerance ``TOLERANCE``; joint parameters that far below
 0 set to 0), ``β`` is realisable and the file reproduces the estimate's torque to round-off.
 Otherwise no consistent arm has the estimate's base parameters (e.g. IDIM-LS with a negative
-friction): the file holds its **consistent projection**, the minimiser itself (the consistent arm
-whose torque on the random states is closest to the estimate's, with the same small pull towards
-``φ₀``); the file header and the returned note say so, with the torque difference.
+friction): the file holds its **consistent projection**, the polished minimiser (the consistent arm
+whose torque on the random states is closest to the estimate's, up to the ``1e-12`` pull towards
+``φ₁``); the file header and the returned note say so, with the torque difference.
 
 **What a URDF cannot hold.** Armature and torque offsets (and jaxid's Coulomb slope, gravity and locked
 joints): the header lists them, as the ``[arm]`` options to load the file with
 (``jaxid.load_arm(path, armature=..., offset=...)`` or ``[arm] urdf = ...`` with ``armature``, ``offset``);
-the MJCF holds the armature, not the offsets. Loaded with those options, either file gives the
-estimate's torque (``tests/test_writeback.py``: 1e-12 relative on the UR5).
+the MJCF holds the armature, not the offsets. The header repeats them as ``<!-- jaxid: key values -->``
+lines: ``jaxid.load_arm(path, **written_options(path))`` is the arm written. Loaded with those
+options, either file gives the estimate's torque (``tests/test_writeback.py``: 5e-16 relative on the
+UR5, URDF and MJCF; MuJoCo's ``mj_inverse`` of the MJCF: 8e-16).
 
 The URDF is the ``[arm]``'s own file with the inertial and dynamics elements replaced (meshes,
 visuals and everything else kept; the ``<inertial>`` of links folded into a moving link, by fixed
