@@ -13,18 +13,32 @@ part of each log is cut into segments of ``segment_s`` seconds, each with its **
   ``w · ((q_end − q_next)/σ, (q'_end − q'_next) · T_seg/σ)`` (a velocity gap times the segment
   length is the angle error it would cause), with ``w = continuity_weight``.
 
-Solved by a trust-region Gauss–Newton/Levenberg–Marquardt method (``scipy.optimize.least_squares``,
-``trf``, Jacobian-scaled) on the exact Jacobian from ``jax.jacfwd``; each segment's block depends
-only on ``θ`` and its own ``x_s``, so it is computed with ``2 n + p`` tangents under ``vmap``
-(``n`` joints: the state ``x_s`` has ``2 n`` entries), the residuals being the same pass's primal.
-The tangents go through the accelerations' custom JVP (``jaxid.identification.data.accelerations``:
-two small matrix products per tangent, the model's torque Jacobian taken once per stage by reverse
-mode) and through one copy of the model per step (``model_step``). The blocks are one compiled
-program per model (``regressor`` and ``known`` static, hashed by identity), step, stride and
-shapes: every solver iteration, and every later call on logs of the same shapes (the trials of a
-benchmark setting), reuses it.
-Started from IDIM-LS. The covariance ``σ̂² (JᵀJ)⁻¹`` (``θ`` block) treats the residuals as white,
-i.e. it ignores the model error that colours them: a lower bound.
+**Streamed normal equations.** The Jacobian in ``(θ, x_1 … x_S)`` is never formed: for ten 50-s runs
+of a six-joint arm at 100 Hz it would be 72 000 × 12 000 (7 GB). Each segment's angle block depends
+only on ``θ`` and its own ``x_s``, so one compiled program (``_shooting_blocks``) takes a *chunk* of
+``chunk_segments`` segments, computes their blocks with ``2 n + p`` forward-mode tangents under
+``vmap`` (``n`` joints: ``x_s`` has ``2 n`` entries; the residuals are the same pass's primal) and
+returns them already reduced: ``Σ R_θᵀR_θ``, ``Σ R_θᵀr`` and per segment ``R_θᵀR_x``, ``R_xᵀR_x``,
+``R_xᵀr``, the end state and its Jacobian. The continuity rows couple consecutive segments, so the
+normal matrix ``JᵀJ`` is *bordered block-tridiagonal*: a dense ``θ`` block, a ``θ``–state border, and
+a state block that is banded (half-bandwidth ``4 n − 1``). ``jaxid.identification.shooting`` eliminates
+the states by a banded Cholesky factorisation and solves the ``θ`` Schur complement
+``A − B C⁻¹ Bᵀ``: memory O(chunk + S (p + 2 n) 2 n), not O(rows × columns). The last chunk is padded
+by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
+of two: one compiled program per model and chunk shape, whatever the logs' lengths.
+
+**Solver.** Levenberg–Marquardt on those normal equations (``shooting.levenberg_marquardt``:
+Marquardt's scaling by the largest column norms met, Nielsen's damping update, one pass per trial
+point), stopping as ``scipy.optimize.least_squares`` does (``ftol = 1e-8`` on the cost,
+``xtol = 1e-10`` on the step, ``gtol = 1e-8``) or after ``max_iterations`` passes (status
+``"max_iterations"``). The tangents go through the accelerations' custom JVP
+(``jaxid.identification.data.accelerations``) and through one copy of the model per step
+(``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
+hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
+the same segment length, reuses it.
+Started from IDIM-LS. The covariance ``σ̂² (JᵀJ)⁻¹`` (``θ`` block: the inverse of the Schur
+complement) treats the residuals as white, i.e. it ignores the model error that colours them: a
+lower bound.
 
 **Another parametrisation** (``parametrisation = g``, ``start_z``): the solver moves ``z`` and the
 initial states, with ``θ = g(z)`` and the ``θ`` columns of the Jacobian times ``∂g/∂z``; the
@@ -32,7 +46,7 @@ result is ``g(ẑ)``, its covariance, rank and condition those of the ``θ`` pro
 ``g`` the base values of ``jaxid.consistency.standard_from_unconstrained(z)`` (``z`` the ``14 n``
 log-Cholesky / log coordinates of a ``SerialArm``'s standard parameters) every iterate is the model
 of a physically consistent arm: physically consistent output error. ``z`` may hold directions ``θ``
-does not see (``14 n`` against ``p`` base parameters); the trust region keeps their steps small.
+does not see (``14 n`` against ``p`` base parameters); the damping keeps their steps small.
 Started on the consistent set's boundary (some coordinates near ``−∞``, as a consistent
 least-squares fit often ends), those coordinates have vanishing gradients: start from a point
 projected inside (``jaxid.consistency.project_to_consistent`` with a ``floor``).
@@ -50,8 +64,12 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor, simulate_segments, stage_torques
 from .idim import Identification, segment_starts
+from .shooting import Blocks, normal_equations, schur_complement, trust_region
 
 __all__ = ["output_error", "angle_noise_std"]
+
+#: Segments per compiled call (the chunk): the memory of a pass grows with it, not with the logs.
+CHUNK_SEGMENTS = 64
 
 
 def angle_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-5) -> np.ndarray:
@@ -74,6 +92,7 @@ def output_error(
     parametrisation: Callable[[Array], Array] | None = None,
     start_z: ArrayLike | None = None,
     return_z: bool = False,
+    chunk_segments: int = CHUNK_SEGMENTS,
 ) -> Identification | tuple[Identification, np.ndarray]:
     """Multiple-shooting output error (see the module docstring).
 
@@ -82,7 +101,8 @@ def output_error(
         start: the starting estimate (IDIM-LS); required unless a ``parametrisation`` is given.
         segment_s: segment length [s].
         stride: angle residuals every ``stride`` samples. continuity_weight: ``w``.
-        max_iterations: Jacobian evaluations allowed to the solver.
+        max_iterations: passes over the segments allowed to the solver (each gives the residuals and
+            the Jacobian's blocks at one trial point).
         known: torque of fixed parameters (default none).
         parametrisation: ``z -> θ`` (pure JAX, ``(k,) -> (p,)``): fit ``z`` instead of ``θ`` (module
             docstring), e.g. ``θ`` = the base values of ``standard_from_unconstrained(z)`` for
@@ -91,18 +111,23 @@ def output_error(
             ``parametrisation`` (then ``start`` is not used).
         return_z: also return the fitted ``z`` (``θ`` without a parametrisation), e.g. to check or
             report the standard parameters of a consistent fit.
+        chunk_segments: segments per compiled call (memory ∝ it; the result does not depend on it
+            beyond round-off).
 
-    Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a parametrisation) whose ``residual_std``
-    is the per-joint angle RMS error [rad] and whose ``notes`` state the largest continuity gap; its
-    covariance, rank and condition are those of the ``θ`` problem at the solution. Raises
-    ``ValueError`` for logs with different steps, a missing start, or a parametrisation whose output
-    does not have ``len(names)`` entries.
+    Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
+    parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
+    are the passes made and whose ``notes`` state the largest continuity gap; its covariance, rank and
+    condition are those of the ``θ`` problem at the solution. Raises ``ValueError`` for logs with
+    different steps, a missing start, a parametrisation whose output does not have ``len(names)``
+    entries, a ``chunk_segments`` below 1, or residuals that are not finite at the start.
     """
     names = tuple(names)
     p = len(names)
     h = logs[0].sample_step
     if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
         raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
+    if int(chunk_segments) < 1:
+        raise ValueError(f"output_error: chunk_segments must be a positive integer, got {chunk_segments}.")
     if parametrisation is None:
         if start is None:
             raise ValueError("output_error needs start= (e.g. the IDIM-LS estimate).")
@@ -120,12 +145,11 @@ def output_error(
             raise ValueError(
                 f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
             )
-    q_dim = z_start.size  # the fitted parameter vector: θ, or z
     length = max(stride, int(round(segment_s / h)))
     n = logs[0].joints
+    m = 2 * n  # state entries per segment
     sigma = angle_noise_std(logs)
-    x0s, torques, meas, links = [], [], [], []
-    offset = 0
+    x0s, torques, meas, linked = [], [], [], []
     for d in logs:
         starts = segment_starts(d, length)
         q, qd = np.asarray(d.q), np.asarray(d.qd)
@@ -133,99 +157,43 @@ def output_error(
         stages = np.asarray(stage_torques(d.tau))
         torques.append(stages[starts[:, None] + np.arange(length)])
         meas.append(np.asarray(d.q_raw)[starts[:, None] + np.arange(0, length, stride)])
-        links.extend((offset + i, offset + i + 1) for i in range(len(starts) - 1))
-        offset += len(starts)
+        linked.append(np.arange(len(starts)) < len(starts) - 1)  # the log's last segment links on to none
     x0 = np.concatenate(x0s)
-    torques = jnp.asarray(np.concatenate(torques))
-    meas = jnp.asarray(np.concatenate(meas))  # (S, K, n)
     segments = x0.shape[0]
-    links = np.asarray(links, dtype=int).reshape(-1, 2)
+    linked = np.concatenate(linked)
     scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
+    chunks = _Chunks(np.concatenate(torques), np.concatenate(meas), int(chunk_segments))
+    static = dict(regressor=regressor, known=known, sample_step=h, stride=stride)
     sigma_j = jnp.asarray(sigma)
 
-    cache = {}
+    def linearise(par, states):
+        """The normal equations (in ``φ``) at ``(φ, x)`` and the pass's blocks and ``θ``; ``None`` if not finite."""
+        if parametrisation is None:
+            theta, dtheta = par, None
+        else:
+            theta, dtheta = map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation))
+        blocks = chunks.pass_(theta, states, sigma_j, static)
+        if not all(np.isfinite(b).all() for b in blocks):
+            return None
+        return normal_equations(blocks, states, linked, scale_c, dtheta), (blocks, theta)
 
-    def evaluate(z):
-        """Residual blocks, segment ends and their Jacobians in ``θ`` and ``x_s`` at ``z``; with a
-        parametrisation also ``θ(z)`` and ``∂θ/∂z``."""
-        key = z.tobytes()
-        if key not in cache:
-            cache.clear()
-            par, y0s = z[:q_dim], z[q_dim:].reshape(segments, 2 * n)
-            if parametrisation is None:
-                theta, dtheta = par, None
-            else:
-                theta, dtheta = map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation))
-            out = _shooting_blocks(
-                jnp.asarray(theta),
-                jnp.asarray(y0s),
-                torques,
-                meas,
-                sigma_j,
-                regressor=regressor,
-                known=known,
-                sample_step=h,
-                stride=stride,
-            )
-            cache[key] = (*jax.tree.map(np.asarray, out), theta, dtheta)
-        return cache[key]
-
-    k = meas.shape[1] * n
-    m = 2 * n  # state entries per segment
-    n_rows = segments * k + m * len(links)
-
-    def fun(z):
-        res, ends, *_ = evaluate(z)
-        y0s = z[q_dim:].reshape(segments, m)
-        gaps = (ends[links[:, 0]] - y0s[links[:, 1]]) * scale_c
-        return np.concatenate([res.reshape(-1), gaps.reshape(-1)])
-
-    def jacobian(z, in_theta=False):
-        """The Jacobian in ``(z, x_s)`` (in ``(θ, x_s)`` with ``in_theta``: the θ problem's)."""
-        _, _, r_theta, r_y0, e_theta, e_y0, _, dtheta = evaluate(z)
-        if dtheta is not None and not in_theta:
-            r_theta, e_theta = r_theta @ dtheta, e_theta @ dtheta
-        width = r_theta.shape[-1]
-        out = np.zeros((n_rows, width + m * segments))
-        for s in range(segments):
-            rows = slice(s * k, (s + 1) * k)
-            out[rows, :width] = r_theta[s]
-            out[rows, width + m * s : width + m * s + m] = r_y0[s]
-        base = segments * k
-        for i, (a, b) in enumerate(links):
-            rows = slice(base + m * i, base + m * i + m)
-            out[rows, :width] = e_theta[a] * scale_c[:, None]
-            out[rows, width + m * a : width + m * a + m] = e_y0[a] * scale_c[:, None]
-            out[rows, width + m * b : width + m * b + m] = -np.diag(scale_c)
-        return out
-
-    z0 = np.concatenate([z_start, x0.reshape(-1)])
-    from scipy.optimize import least_squares  # imported when first needed: scipy takes ~0.9 s to import
-
-    sol = least_squares(fun, z0, jac=jacobian, method="trf", x_scale="jac", max_nfev=max_iterations, xtol=1e-10)
-    z = sol.x
-    theta_hat = z[:p] if parametrisation is None else np.asarray(evaluate(z)[6])
-    j = jacobian(z, in_theta=True)
-    r = fun(z)
-    dof = max(r.size - j.shape[1], 1)
-    s2 = float(r @ r) / dof
-    col = np.linalg.norm(j, axis=0)
-    col = np.where(col > 0, col, 1.0)
-    js = j / col
-    u, s, vt = np.linalg.svd(js, full_matrices=False)
-    inv = (vt.T / s**2) @ vt / np.outer(col, col)
-    cov = s2 * inv[:p, :p]
-    # Rank/condition of the parameter block after eliminating the initial states (Schur complement).
-    info = j.T @ j
-    a_, b_, c_ = info[:p, :p], info[:p, p:], info[p:, p:]
-    reduced = a_ - b_ @ np.linalg.solve(c_, b_.T)
+    sol = trust_region(linearise, z_start, x0, max_evaluations=max_iterations)
+    blocks, theta_hat = sol.extra
+    z = sol.par
+    # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
+    theta_normal = sol.normal if parametrisation is None else normal_equations(blocks, sol.states, linked, scale_c)
+    reduced = schur_complement(theta_normal)
+    rows = blocks.res.size + m * int(linked.sum())
+    dof = max(rows - (p + m * segments), 1)
+    s2 = 2 * sol.normal.cost / dof
     d = np.sqrt(np.abs(np.diag(reduced)))
     d = np.where(d > 0, d, 1.0)
-    ev = np.linalg.eigvalsh(reduced / np.outer(d, d))
+    ev, vec = np.linalg.eigh(reduced / np.outer(d, d))
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
-    res_blocks = r[: segments * k].reshape(segments, -1, n) * sigma
-    gaps = r[segments * k :].reshape(-1, m) / scale_c if len(links) else np.zeros((0, m))
+    cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)
+    res_blocks = blocks.res.reshape(segments, -1, n) * sigma
+    gaps = sol.normal.gaps[linked] / scale_c
     gap_q = float(np.abs(gaps[:, :n]).max()) if gaps.size else 0.0
     gap_v = float(np.abs(gaps[:, n:]).max()) if gaps.size else 0.0
     notes = (
@@ -235,18 +203,57 @@ def output_error(
     est = Identification(
         "output_error",
         names,
-        theta_hat,
+        np.asarray(theta_hat, dtype=float),
         cov,
         rank,
         cond,
         np.sqrt(np.mean(res_blocks.reshape(-1, n) ** 2, axis=0)),
         int(res_blocks.shape[0] * res_blocks.shape[1]),
-        int(sol.njev),
+        sol.jacobians,
         notes,
-        # scipy: 0 = the evaluation budget ran out, 1-4 = a tolerance met, -1 = failed.
-        {0: "max_iterations", -1: "failed"}.get(int(sol.status), "ok"),
+        sol.status,
     )
-    return (est, z[:q_dim].copy()) if return_z else est
+    return (est, z.copy()) if return_z else est
+
+
+class _Chunks:
+    """The segments' torques and measured angles, padded to whole chunks, and one pass over them.
+
+    A fit of ``S`` segments runs in chunks of ``min(chunk_segments, 2^⌈log₂ S⌉)`` segments; the last
+    chunk is filled by repeating the last segment (its blocks are computed and dropped), so a log's
+    length never sets a compiled shape."""
+
+    def __init__(self, torques: np.ndarray, measured: np.ndarray, chunk_segments: int):
+        self.segments = torques.shape[0]
+        self.size = min(chunk_segments, 1 << (self.segments - 1).bit_length())
+        padded = -(-self.segments // self.size) * self.size
+        self.fill = np.minimum(np.arange(padded), self.segments - 1)  # padded → real segment
+        self.torques = torques[self.fill]
+        self.measured = measured[self.fill]
+
+    def pass_(self, theta, states, sigma, static) -> Blocks:
+        """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
+        theta = jnp.asarray(theta)
+        states = states[self.fill]
+        out = []
+        for lo in range(0, self.fill.size, self.size):
+            part = slice(lo, lo + self.size)
+            out.append(
+                jax.tree.map(
+                    np.asarray,
+                    _shooting_blocks(
+                        theta,
+                        jnp.asarray(states[part]),
+                        jnp.asarray(self.torques[part]),
+                        jnp.asarray(self.measured[part]),
+                        sigma,
+                        **static,
+                    ),
+                )
+            )
+        blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*out, strict=True)))
+        # Summed here, over the real segments in one order: the chunk size does not change the sums.
+        return blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0))
 
 
 @functools.partial(jax.jit, static_argnames=("parametrisation",))
@@ -262,13 +269,13 @@ def _parametrise(z, *, parametrisation):
 
 
 @functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride"))
-def _shooting_blocks(theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride):
-    """Every segment's residual block, end state and their Jacobians in ``θ`` and its initial state.
-
-    ``(res (S, K n), ends (S, 2 n), ∂res/∂θ (S, K n, p), ∂res/∂x_s (S, K n, 2 n), ∂end/∂θ, ∂end/∂x_s)``;
-    one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over segments) gives the values
-    as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by identity), step,
-    stride and shapes: every iteration and every log of the same shapes share one program."""
+def _shooting_blocks(
+    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride
+) -> Blocks:
+    """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over the chunk) gives
+    the residuals as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by
+    identity), step, stride and chunk shape: every pass, chunk and log of the same segment length
+    shares one program."""
     n = initial_states.shape[-1] // 2
 
     def segment(theta, y0, tau_s, q_s):
@@ -280,5 +287,15 @@ def _shooting_blocks(theta, initial_states, torques, measured, sigma, *, regress
     jac, (res, ends) = jax.vmap(jax.jacfwd(segment, argnums=(0, 1), has_aux=True), (None, 0, 0, 0))(
         theta, initial_states, torques, measured
     )
-    (r_theta, r_y0), (e_theta, e_y0) = jac
-    return res, ends, r_theta, r_y0, e_theta, e_y0
+    (r_theta, r_x), (e_theta, e_x) = jac
+    return Blocks(
+        res=res,
+        ends=ends,
+        e_theta=e_theta,
+        e_x=e_x,
+        rtr=jnp.einsum("ckp,ckq->cpq", r_theta, r_theta),
+        rtg=jnp.einsum("ckp,ck->cp", r_theta, res),
+        rtx=jnp.einsum("ckp,ckm->cpm", r_theta, r_x),
+        rxx=jnp.einsum("ckm,ckl->cml", r_x, r_x),
+        rxg=jnp.einsum("ckm,ck->cm", r_x, res),
+    )
