@@ -305,9 +305,13 @@ def test_an_implausible_training_error_is_refused():
     from jaxid.identification import filter_log
 
     log = filter_log(load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002), 6.0)
-    spread = float(np.mean(np.std(np.asarray(log.q_raw)[log.usable], axis=0)))
-    rows = [{"role": "train", "model": "idim_ls", "angle_rmse_1s": e} for e in (0.5 * spread, 0.6 * spread)]
-    assert check_training_error(pd.DataFrame(rows), {"r": log}, 1.0)["train_angle_spread"] == pytest.approx(spread)
-    rows[1]["angle_rmse_1s"] = 4.6  # the build where the excitation was taken from a drive tone
-    with pytest.raises(ConfigError, match=r"miss the training angles by 2.\d+ rad .* more than the angles' own spread"):
-        check_training_error(pd.DataFrame(rows), {"r": log}, 1.0)
+    # The torque's own spread: its standard deviation about the run's mean, pooled over joints.
+    tau = np.asarray(log.band(log.tau))[log.usable]
+    spread = float(np.sqrt(np.mean(np.var(tau, axis=0))))
+    rows = [{"role": "train", "model": "idim_ls", "torque_rmse": e} for e in (0.5 * spread, 0.6 * spread)]
+    checked = check_training_error(pd.DataFrame(rows), {"r": log})
+    assert checked["train_torque_spread"] == pytest.approx(spread)
+    assert checked["train_torque_rmse"] == pytest.approx(np.sqrt((0.25 + 0.36) / 2) * spread)
+    rows[1]["torque_rmse"] = 4.0 * spread  # e.g. a torque column of the wrong sign or gain
+    with pytest.raises(ConfigError, match=r"training torque with an RMSE of .* no better than the torque's own spread"):
+        check_training_error(pd.DataFrame(rows), {"r": log})

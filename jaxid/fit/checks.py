@@ -5,12 +5,12 @@
 - a log whose usable part (its length minus ``filter.trim_s`` at each end) is not longer than the
   longest ``validation.horizons_s``;
 - ``validation.band_hz`` at or above 0.45 / Δ (the evaluation band must sit below Nyquist);
-- an implausible training error (``check_training_error``): IDIM-LS's free simulations of the
-  *training* runs (longest horizon, evaluation band) miss the measured angles by more, on average
-  over runs and joints, than the angles' own spread (their standard deviation about each run's
-  mean, averaged the same way) — what predicting a constant angle would score. Then the fitted
-  model does not reproduce even the runs it was fitted on: the excitation frequency, the cut-off,
-  the angle units or the columns are wrong.
+- an implausible training error (``check_training_error``): the default estimate predicts the
+  *training* runs' torque (evaluation band, pooled over runs and joints) no better than the torque's
+  own spread (its standard deviation about each run's mean) — what predicting a constant would
+  score. Then the fitted model does not reproduce even the runs it was fitted on: the columns, the
+  torque gains or signs, the angle units or the cut-off are wrong. (Inverse dynamics only: the
+  check holds for an arm that falls over in open loop, unlike a free simulation.)
 
 **Warnings** (``fit_warnings``; on stderr, in ``warnings.csv``, in the manifest and in the summary):
 
@@ -25,7 +25,12 @@
 - ``far_from_reference``: an estimated parameter differs from the reference's by a factor of
   ``FAR_FACTOR`` = 10 or more, or has the opposite sign (where the reference value is non-zero);
 - ``worse_than_reference``: an estimate's held-out torque RMSE (evaluation band) is more than
-  ``WORSE_FACTOR`` = 1.5 times the reference's on some joint.
+  ``WORSE_FACTOR`` = 1.5 times the reference's on some joint;
+- ``worse_than_nominal`` (``nominal_warnings``): an estimate predicts the training torque, the
+  training runs left out in turn (``jaxid.fit.selection``) or the held-out torque worse, pooled over
+  joints, than the arm description's own (nominal) parameters — the fit made the model worse;
+- ``estimator_failed`` / ``diagnostic_failed``: an estimator, a table or a figure failed; it is left
+  out and every other result is written.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "check_horizons",
     "check_band",
     "check_training_error",
+    "nominal_warnings",
     "log_warnings",
     "estimate_warnings",
     "validation_warnings",
@@ -77,20 +83,63 @@ def check_band(band_hz: float, sample_step: float) -> None:
         )
 
 
-def check_training_error(validation, logs, longest_s: float, estimator: str = "idim_ls") -> dict[str, float]:
-    """Refuse an implausible training error (module docstring); return the two numbers compared."""
-    col = f"angle_rmse_{longest_s:g}s"
+def check_training_error(validation, logs, estimator: str = "idim_ls") -> dict[str, float]:
+    """Refuse an implausible training error (module docstring); return the two numbers compared.
+
+    ``estimator``'s torque RMSE on the training runs (evaluation band, pooled over runs and joints)
+    against the torque's own spread (its standard deviation about each run's mean, pooled alike):
+    what predicting a constant torque would score."""
     rows = validation[(validation["role"] == "train") & (validation["model"] == estimator)]
-    error = float(np.mean(rows[col])) if len(rows) else math.nan
-    spread = float(np.mean([np.std(np.asarray(d.q_raw)[d.usable], axis=0) for d in logs.values()]))
-    if not (np.isfinite(error) and error <= spread):
+    error = float(np.sqrt(np.mean(np.asarray(rows["torque_rmse"]) ** 2))) if len(rows) else math.nan
+    spread = float(np.sqrt(np.mean([np.mean(np.var(d.band(d.tau)[d.usable], axis=0)) for d in logs.values()])))
+    if not (np.isfinite(error) and error < spread):
         raise config_error(
-            f"{estimator}'s free simulations miss the training angles by {error:.3g} rad (RMSE over {longest_s:g} s), "
-            f"more than the angles' own spread {spread:.3g} rad: the fit does not reproduce the runs it was fitted "
-            "on. Set filter.excitation_hz (the frequency the arm is driven at) or filter.cutoff_hz, and check "
-            "log.angles / log.torques and their units (log.angle_unit)."
+            f"{estimator} predicts the training torque with an RMSE of {error:.3g} N m, no better than the torque's "
+            f"own spread {spread:.3g} N m: the fit does not reproduce the runs it was fitted on. Check log.angles / "
+            "log.torques (columns, log.torque_gain and its signs, log.angle_unit) and set filter.cutoff_hz."
         )
-    return {"train_angle_rmse": error, "train_angle_spread": spread}
+    return {"train_torque_rmse": error, "train_torque_spread": spread}
+
+
+def _pooled(validation, role: str, model: str) -> float:
+    rows = validation[(validation["role"] == role) & (validation["model"] == model)]
+    return float(np.sqrt(np.mean(np.asarray(rows["torque_rmse"]) ** 2))) if len(rows) else math.nan
+
+
+def nominal_warnings(validation, default_table, estimates: list[str]) -> list[dict[str, str]]:
+    """``worse_than_nominal``: an identified model predicts the torque of the training runs, of the training
+    runs left out in turn (``default_table``) or of the held-out runs worse (pooled RMSE, evaluation band)
+    than the arm description's own parameters (the ``nominal`` rows; the ``reference`` when they coincide)."""
+    models = set(validation["model"])
+    nominal = "nominal" if "nominal" in models else "reference" if "reference" in models else None
+    if nominal is None:
+        return []
+    out = []
+    for name in estimates:
+        for role, what in (("train", "training"), ("test", "held-out")):
+            mine, theirs = _pooled(validation, role, name), _pooled(validation, role, nominal)
+            if np.isfinite(theirs) and not mine <= theirs:
+                out.append(
+                    _warning(
+                        "worse_than_nominal",
+                        name,
+                        f"{name}: predicts the {what} torque worse than the arm description's own parameters "
+                        f"({mine:.3g} vs {theirs:.3g} N m pooled): the training runs may not excite the arm enough; "
+                        "keep the nominal model or train on richer runs.",
+                    )
+                )
+    for row in default_table:
+        mine, theirs = row["cv_torque_rmse"], row["nominal_cv_torque_rmse"]
+        if np.isfinite(theirs) and not mine <= theirs:
+            out.append(
+                _warning(
+                    "worse_than_nominal",
+                    row["estimator"],
+                    f"{row['estimator']}: fitted on training runs left out in turn, predicts them worse than the arm "
+                    f"description's own parameters ({mine:.3g} vs {theirs:.3g} N m pooled).",
+                )
+            )
+    return out
 
 
 def _warning(kind: str, model: str, message: str) -> dict[str, str]:
@@ -178,13 +227,16 @@ def estimate_warnings(model, name: str, est, consistency_rows) -> list[dict[str,
     return out
 
 
-def validation_warnings(summary) -> list[dict[str, str]]:
+def validation_warnings(summary, estimates: list[str] | None = None) -> list[dict[str, str]]:
     """``worse_than_reference``: held-out torque RMSE above ``WORSE_FACTOR`` × the reference's."""
     if "reference" not in set(summary["model"]):
         return []
     ref = summary[summary["model"] == "reference"].set_index("joint")["torque_rmse"]
     out = []
-    for name, rows in summary[summary["model"] != "reference"].groupby("model", sort=False):
+    rows_of = (
+        summary[summary["model"].isin(estimates)] if estimates is not None else summary[summary["model"] != "reference"]
+    )
+    for name, rows in rows_of.groupby("model", sort=False):
         for joint, value in rows.set_index("joint")["torque_rmse"].items():
             if value > WORSE_FACTOR * ref[joint]:
                 out.append(

@@ -27,6 +27,7 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "description": "",
         "data": ".",
         "reference": "",
+        "compare": [],
         "unknowns": "base",
         "fixed": {},
     },
@@ -51,13 +52,13 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "method": "butterworth",
         "order": None,
         "cutoff_hz": "auto",
-        "candidates": [2, 3, 4, 5, 6, 8, 10],
+        "candidates": "auto",
         "excitation_hz": "auto",
         "trim_s": 0.1,
         "velocities": "differentiate",  # or "measured": the log's velocities (log.velocities), filtered
     },
     "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
-    "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "idim_ls", "band_hz": 10.0},
+    "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "auto", "band_hz": 10.0},
     "frequency": {"harmonics": 5, "min_share": 0.5},
 }
 
@@ -90,6 +91,8 @@ class FitConfig:
     raw: dict[str, Any] = field(repr=False)
     arm: Any = field(default=None, repr=False)
     reference: Any = field(default=None, repr=False)
+    #: Further published parameter sets (``fit.compare``), ``{label: arm}``, through the same metrics.
+    compare: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def section(self, name: str) -> dict[str, Any]:
         return self.raw[name]
@@ -179,9 +182,22 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
         v = flt[key]
         if v != "auto" and not (isinstance(v, int | float) and v > 0):
             raise config_error(f'filter.{key} must be "auto" or a positive number [Hz], got {v!r}.')
+    cands = flt["candidates"]
+    if cands != "auto" and not (
+        isinstance(cands, list)
+        and cands
+        and all(isinstance(c, int | float) and not isinstance(c, bool) and c > 0 for c in cands)
+    ):
+        raise config_error(
+            f'filter.candidates must be "auto" or a non-empty list of positive multiples of the excitation '
+            f"frequency, got {cands!r}."
+        )
     val = resolved["validation"]
-    if val["headline"] not in use:
-        raise config_error(f"validation.headline {val['headline']!r} must be one of estimators.use {use}.")
+    if val["headline"] != "auto" and val["headline"] not in use:
+        raise config_error(
+            f'validation.headline {val["headline"]!r} must be "auto" (chosen on the training runs) or one of '
+            f"estimators.use {use}."
+        )
     if not val["horizons_s"] or any(not (isinstance(h, int | float) and h > 0) for h in val["horizons_s"]):
         raise config_error("validation.horizons_s must be a list of positive durations [s].")
     if resolved["log"]["angle_unit"] not in ("rad", "deg"):
@@ -189,10 +205,24 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     base_dir = path.parent if path is not None else Path.cwd()
     data_dir = Path(data) if data is not None else (base_dir / fit["data"])
     arm, reference = _arms(raw, fit["reference"], base_dir)
+    compare = fit["compare"]
+    if not isinstance(compare, list) or not all(isinstance(c, str) and c for c in compare):
+        raise config_error(
+            "fit.compare must be a list of further reference files (like fit.reference: robot or parameter "
+            f"files, relative to this file), got {compare!r}."
+        )
+    others = {}
+    for entry in compare:
+        label = Path(entry).name.split(".")[0]
+        if label in others or label in ("nominal", "reference") or label in use:
+            raise config_error(
+                f"fit.compare: {entry!r} gives the label {label!r} twice or a reserved one; rename the file."
+            )
+        others[label] = _arms(raw, entry, base_dir)[1]
     _check_log(resolved["log"], flt, arm.dof)
     _check_consistent(resolved, arm)
     resolved[_ARM] = dict(raw.get(_ARM, {}))
-    return FitConfig(fit["name"], path, data_dir, resolved, arm, reference)
+    return FitConfig(fit["name"], path, data_dir, resolved, arm, reference, others)
 
 
 def _check_log(log: dict[str, Any], flt: dict[str, Any], joints: int) -> None:
@@ -396,14 +426,33 @@ def _urdf_arms(table: dict[str, Any], reference: Any, base_dir: Path):
     import numpy as np
 
     same = arm.dof == ref.dof and arm.joint_types == ref.joint_types
-    for name in ("axes", "parent_rotations", "parent_translations"):
+    for name in ("axes", "parent_rotations"):
         same = same and np.allclose(np.asarray(getattr(arm, name)), np.asarray(getattr(ref, name)), rtol=0, atol=1e-9)
-    if not same:
+    # Where the first joint sits on the base does not change the dynamics of a fixed-base arm under uniform
+    # gravity (published files place the same arm on different stands); the joints after it must agree.
+    shift = np.abs(np.asarray(arm.parent_translations)[1:] - np.asarray(ref.parent_translations)[1:]) if same else None
+    if not same or float(shift.max(initial=0.0)) > REFERENCE_ORIGIN_TOLERANCE:
         raise config_error(
             f"fit.reference {reference!r} does not have the kinematic structure of arm.{key} ({arm.dof} joints, "
-            "their types, axes and origins): a reference must describe the same arm; fix one of them."
+            f"their types, axes and origins within {REFERENCE_ORIGIN_TOLERANCE * 1000:g} mm): a reference must "
+            "describe the same arm; fix one of them."
+        )
+    if float(shift.max(initial=0.0)) > 1e-9:
+        import warnings
+
+        joint = int(np.argmax(shift.max(axis=1))) + 1
+        warnings.warn(
+            f"fit.reference {reference!r}: the origin of joint {joint + 1} differs from arm.{key}'s by "
+            f"{float(shift.max()) * 1000:.3g} mm; its parameters are evaluated on the [arm]'s kinematics.",
+            UserWarning,
+            stacklevel=3,
         )
     return arm, ref
+
+
+#: How far [m] a reference's joint origins may lie from the ``[arm]``'s (beyond the first joint's):
+#: a published parameter set of the same arm may come with its own CAD's millimetres.
+REFERENCE_ORIGIN_TOLERANCE = 0.005
 
 
 #: Numeric keys and their rule: "positive", "non-negative", "positive int", "fraction" (0 < x <= 1);

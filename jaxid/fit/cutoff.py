@@ -47,6 +47,25 @@ COHERENCE = 0.5
 
 
 def load_logs(config: FitConfig, names: list[str]):
+    """``_load_logs`` on one grid: without ``log.sample_step`` each log resamples at its own median stamp
+    step; when those differ (stamps of one campaign rarely agree to the microsecond) every log is read
+    again at ``common_step`` of them, so that all share one grid."""
+    logs = _load_logs(config, names)
+    steps = [log.sample_step for log in logs.values()]
+    if config.section("log")["sample_step"] is None and len({round(h, 12) for h in steps}) > 1:
+        logs = _load_logs(config, names, common_step(steps))
+    return logs
+
+
+def common_step(steps) -> float:
+    """One grid step [s] for logs whose median stamp steps are ``steps``: their median, snapped to
+    ``1 / round(1 / median)`` (a whole logging rate in Hz) when that is within 1 %."""
+    step = float(np.median(steps))
+    rate = round(1.0 / step)
+    return 1.0 / rate if rate >= 1 and abs(1.0 / rate - step) <= 0.01 * step else step
+
+
+def _load_logs(config: FitConfig, names: list[str], sample_step: float | None = None):
     """The named logs from ``config.data`` (``[log]`` options); ``ConfigError`` for a missing one, and for
     ``log.angles``/``torques``/``velocities`` lists whose length is not the arm's number of joints (a
     prefix ``"pos_meas"`` names ``pos_meas1 … pos_measn``).
@@ -102,7 +121,7 @@ def load_logs(config: FitConfig, names: list[str]):
             velocities=opts["velocities"],
             time=opts["time"],
             window=None if window is None else tuple(window),
-            sample_step=opts["sample_step"],
+            sample_step=opts["sample_step"] if sample_step is None else sample_step,
             joints=joints,
             header=opts["header"],
             torque_gain=opts["torque_gain"],
@@ -187,15 +206,33 @@ def excitation_frequency(train_logs) -> tuple[float, list[dict[str, Any]]]:
     return max(r["torque_peak_hz"] for r in driven), rows
 
 
+#: ``filter.candidates = "auto"``: these multiples of the excitation frequency, those below
+#: ``min(0.4 / Δ, 2 · validation.band_hz)`` (the classical 5-10 × the motion's bandwidth lies inside;
+#: the dominant torque line of a multi-harmonic trajectory is often its lowest harmonic, so the ladder
+#: reaches far above it).
+AUTO_MULTIPLES = (2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40)
+
+
+def cutoff_candidates(flt, f_exc: float, sample_step: float, band_hz: float) -> list[tuple[float, float]]:
+    """``[(multiple, cut-off [Hz])]`` to try (module docstring), below ``0.45 / Δ``."""
+    if flt["candidates"] == "auto":
+        top = min(0.4 / sample_step, 2.0 * band_hz)
+        pairs = [(float(c), round(c * f_exc, 2)) for c in AUTO_MULTIPLES if c * f_exc <= top]
+    else:
+        pairs = [(float(c), round(float(c) * f_exc, 2)) for c in flt["candidates"]]
+    return [(c, f) for c, f in pairs if 0 < f < 0.45 / sample_step]
+
+
 def choose_cutoff(
     config: FitConfig, train_logs, model: FitModel
 ) -> tuple[float, float, list[dict[str, Any]], list[dict[str, Any]]]:
     """The cut-off [Hz] by the rule of the module docstring; returns ``(cutoff, f_exc, table, drive)``."""
     from ..estimators import IdimLS
-    from ..identification.validation import free_simulation_rmse
     from .model import regression_model
+    from .selection import cross_validate, training_folds
 
     flt = config.section("filter")
+    band = float(config.section("validation")["band_hz"])
     h = next(iter(train_logs.values())).sample_step
     if flt["excitation_hz"] == "auto":
         f_exc, drive = excitation_frequency(train_logs)
@@ -203,30 +240,38 @@ def choose_cutoff(
         f_exc, drive = float(flt["excitation_hz"]), drive_table(train_logs)
     if flt["cutoff_hz"] != "auto":
         return float(flt["cutoff_hz"]), float(f_exc), [], drive
-    longest = max(config.section("validation")["horizons_s"])
-    every = config.section("validation")["start_every_s"]
+    folds = training_folds(train_logs)
+    evaluated = [list(filter_all(dict(fold), band, flt).values()) for fold in folds]
+    regression = regression_model(model)
+    estimator = IdimLS(**config.estimator_options("idim_ls"))
+
+    def fit(logs):
+        return np.asarray(model.embed(estimator(logs, regression)).value)
+
     table = []
-    for c in flt["candidates"]:
-        cutoff = round(float(c) * f_exc, 2)
-        if cutoff >= 0.45 / h:
-            continue
-        filtered = filter_all(train_logs, cutoff, flt)
+    pairs = cutoff_candidates(flt, f_exc, h, band)
+    for c, cutoff in pairs:
         try:
-            est = model.embed(IdimLS()(list(filtered.values()), regression_model(model)))
-            errs = [
-                free_simulation_rmse(d, model.regressor, est.value, (longest,), every)[float(longest)]
-                for d in filtered.values()
-            ]
-            score = float(np.mean(errs))
-        except ValueError:
-            score = math.inf
-        table.append({"multiple": float(c), "cutoff_hz": cutoff, "train_angle_rmse": score})
-    if not table or not np.isfinite(min(r["train_angle_rmse"] for r in table)):
-        raise config_error(
-            f"automatic cut-off: no candidate ({[float(c) for c in flt['candidates']]} × {f_exc:.3g} Hz below "
-            f"0.45/Δ = {0.45 / h:.4g} Hz) gave a finite training error; set filter.cutoff_hz or filter.excitation_hz."
+            fitted = [list(filter_all(dict(fold), cutoff, flt).values()) for fold in folds]
+        except ValueError:  # a fold too short for this filter
+            continue
+        cv = cross_validate(fitted, evaluated, fit, model, nominal=np.asarray(model.fixed_values))
+        table.append(
+            {
+                "multiple": c,
+                "cutoff_hz": cutoff,
+                "cv_torque_rmse": cv["score"],
+                "nominal_cv_torque_rmse": cv["nominal"],
+                "folds": cv["folds"],
+            }
         )
-    best = min(table, key=lambda r: r["train_angle_rmse"])
+    if not table or not np.isfinite(min(r["cv_torque_rmse"] for r in table)):
+        raise config_error(
+            f"automatic cut-off: no candidate ({[f for _, f in pairs]} Hz, multiples of the excitation "
+            f"{f_exc:.3g} Hz below 0.45/Δ = {0.45 / h:.4g} Hz) could be fitted on the training runs left out in "
+            "turn; set filter.cutoff_hz or filter.excitation_hz, or train on more (or longer) runs."
+        )
+    best = min(table, key=lambda r: r["cv_torque_rmse"])
     for r in table:
         r["chosen"] = r is best
     return best["cutoff_hz"], float(f_exc), table, drive

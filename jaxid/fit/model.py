@@ -44,6 +44,8 @@ class FitModel:
     fixed_values: np.ndarray  # full-length; used at the fixed indices
     free_regressor: Any
     known: Any
+    #: ``fit.compare``'s parameter sets as base parameters, ``{label: (p,)}``.
+    compare: dict[str, np.ndarray] = field(default_factory=dict)
     _mass: Any = field(default=None, repr=False)
 
     @property
@@ -94,6 +96,7 @@ class FitModel:
             est.iterations,
             est.notes,
             est.status,
+            getattr(est, "standard", None),
         )
 
 
@@ -160,7 +163,10 @@ def build_model(config: FitConfig) -> FitModel:
             def known(q, qd, qdd):
                 return held_columns.torque(theta_known, q, qd, qdd)
 
-    return FitModel(arm, base, names, tuple(base.labels), regressor, reference, free, values, free_regressor, known)
+    compare = {k: np.asarray(base.values(m.standard_parameters(a))) for k, a in config.compare.items()}
+    return FitModel(
+        arm, base, names, tuple(base.labels), regressor, reference, free, values, free_regressor, known, compare
+    )
 
 
 class StandardColumns:

@@ -18,12 +18,14 @@ from .checks import (
     check_training_error,
     estimate_warnings,
     log_warnings,
+    nominal_warnings,
     validation_warnings,
 )
 from .config import FitConfig, config_error
 from .cutoff import choose_cutoff, filter_all, load_logs
 from .export import export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
+from .selection import DEFAULT_CANDIDATES, cross_validate, training_folds
 from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
 
 __all__ = ["FitExists", "FitWarning", "run_fit"]
@@ -41,6 +43,42 @@ def _estimate(name, config, train, model, ls):
     """The estimator ``name`` of ``jaxid.estimators`` with the config's options, on the training logs."""
     estimator = make_estimator(name, config.estimator_options(name))
     return estimator(list(train.values()), regression_model(model), start=ls)
+
+
+#: Estimators that start from a least-squares estimate; they run after the least-squares family and start
+#: from the physically consistent one when it ran (``_start``).
+_LEAST_SQUARES = ("idim_ls", "idim_ls_bounded", "idim_ls_consistent", "rls")
+
+
+def _run_order(names: list[str]) -> list[str]:
+    """The least-squares family first (in the config's order), then the rest."""
+    return [n for n in names if n in _LEAST_SQUARES] + [n for n in names if n not in _LEAST_SQUARES]
+
+
+def _start(name: str, ls, estimates):
+    """What ``name`` starts from: IDIM-LS, or for the simulation-based estimators (IDIM-IV, the Kalman
+    filters, output error) the physically consistent least squares when it ran: a model that can be
+    simulated (its mass matrix positive definite), where IDIM-LS's need not be."""
+    consistent = estimates.get("idim_ls_consistent")
+    if name in _LEAST_SQUARES or consistent is None or consistent.status != "ok" or ls is None:
+        return ls
+    from ..identification import Identification
+
+    free = [consistent.names.index(n) for n in ls.names]
+    value = np.asarray(consistent.value)[free]
+    return Identification(
+        ls.method,
+        ls.names,
+        value,
+        ls.covariance,
+        ls.rank,
+        ls.condition,
+        ls.residual_std,
+        ls.samples,
+        0,
+        ls.notes,
+        ls.status,
+    )
 
 
 def _jackknife(config, train, model):
@@ -65,6 +103,67 @@ def _jackknife(config, train, model):
     fits = np.stack(fits)
     n = len(fits)
     return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
+
+
+#: How ``validation.headline = "auto"`` picks the default estimate (``jaxid.fit.selection``).
+DEFAULT_RULE = (
+    "the lowest leave-one-fold-out torque RMSE on the training runs (evaluation band, pooled over joints) among "
+    f"the estimators of {list(DEFAULT_CANDIDATES)} that ran with status ok"
+)
+#: How ``filter.cutoff_hz = "auto"`` picks the cut-off (``jaxid.fit.cutoff``).
+CUTOFF_RULE = (
+    "the candidate (multiples of the excitation frequency) with the lowest leave-one-fold-out torque RMSE of "
+    "IDIM-LS on the training runs (evaluation band, pooled over joints)"
+)
+
+
+def _reason(err: BaseException) -> str:
+    """One line from an exception: its message, or its type when it has none (no traceback)."""
+    text = " ".join(str(err).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"{type(err).__name__}: {text}" if not isinstance(err, ValueError) or not text else text
+
+
+def _default_estimator(config, train_raw, model, estimates, cutoff, flt, val):
+    """``(name, table)``: the default estimate by ``DEFAULT_RULE`` (or the config's ``validation.headline``),
+    and per candidate its leave-one-fold-out torque RMSE beside the nominal parameters' on the same folds."""
+    from ..estimators import IdimLS, make_estimator
+    from .cutoff import filter_all
+
+    folds = training_folds(train_raw)
+    fitted = [list(filter_all(dict(fold), cutoff, flt).values()) for fold in folds]
+    evaluated = [list(filter_all(dict(fold), float(val["band_hz"]), flt).values()) for fold in folds]
+    regression = regression_model(model)
+    start = IdimLS(**config.estimator_options("idim_ls"))
+    wanted = [n for n in DEFAULT_CANDIDATES if n in estimates and estimates[n].status == "ok"]
+    if val["headline"] != "auto":
+        wanted = [val["headline"]] if val["headline"] in wanted else []
+    table = []
+    for name in wanted:
+        estimator = make_estimator(name, config.estimator_options(name))
+
+        def fit(logs, estimator=estimator):
+            ls = start(logs, regression)
+            return np.asarray(model.embed(estimator(logs, regression, start=ls)).value)
+
+        cv = cross_validate(fitted, evaluated, fit, model, nominal=np.asarray(model.fixed_values, dtype=float))
+        table.append(
+            {
+                "estimator": name,
+                "cv_torque_rmse": cv["score"],
+                "nominal_cv_torque_rmse": cv["nominal"],
+                "folds": cv["folds"],
+            }
+        )
+    if val["headline"] != "auto":
+        headline = val["headline"] if val["headline"] in estimates else "idim_ls"
+    elif table and np.isfinite(min(r["cv_torque_rmse"] for r in table)):
+        headline = min(table, key=lambda r: r["cv_torque_rmse"])["estimator"]
+    else:
+        headline = "idim_ls"
+    for r in table:
+        r["chosen"] = r["estimator"] == headline
+    return headline, table
 
 
 def _git_revision() -> str | None:
@@ -117,38 +216,59 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
 
     estimates, seconds, failed = {}, {}, {}
     ls = None
-    for name in config.estimators:
+    for name in _run_order(config.estimators):
         t0 = time.time()
         try:
-            est = _estimate(name, config, train, model, ls)
-        except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
+            est = _estimate(name, config, train, model, _start(name, ls, estimates))
+        except Exception as err:  # noqa: BLE001 - one estimator failing must not lose the others
             if name == "idim_ls":
-                raise  # every other estimator starts from it
-            # One estimator failing (e.g. a filter diverging on another build) must not lose the others.
-            failed[name] = str(err)
-            warnings.warn(f"jaxid fit: estimator {name} failed and is left out: {err}", stacklevel=2)
+                raise  # every other estimator starts from it; its errors name what to change (rank)
+            failed[name] = _reason(err)
             continue
         seconds[name] = time.time() - t0
         if name == "idim_ls":
             ls = est
-        estimates[name] = model.embed(est)
+        embedded = model.embed(est)
+        if not np.all(np.isfinite(np.asarray(embedded.value))):
+            failed[name] = f"its estimate is not finite (status {est.status})"
+            continue
+        estimates[name] = embedded
+    notes = [
+        {"kind": "estimator_failed", "model": n, "message": f"estimator {n} failed and is left out: {why}"}
+        for n, why in failed.items()
+    ]
 
-    jackknife = _jackknife(config, train, model)
+    diagnostics = {}  # name -> why it failed; every other result is still written
+
+    def attempt(what, compute, default=None):
+        try:
+            return compute()
+        except Exception as err:  # noqa: BLE001 - a diagnostic failing is a warning, never the end of the fit
+            diagnostics[what] = _reason(err)
+            return default
+
+    headline, default_table = _default_estimator(config, train_raw, model, estimates, cutoff, flt, val)
+    jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
     params = parameters_table(estimates, model, jackknife)
     thetas = {k: np.asarray(v.value) for k, v in estimates.items()}
+    nominal = np.asarray(model.fixed_values, dtype=float)
+    if model.reference is None or not np.allclose(nominal, model.reference, rtol=1e-12, atol=0.0):
+        thetas["nominal"] = nominal  # the [arm] description's own parameters, what every fit started from
     if model.reference is not None:
         thetas["reference"] = model.reference
+    thetas.update(model.compare)
     validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered)
-    plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, max(horizons))
-    consistency = consistency_table(model, thetas)
-    lines = frequency_view(config, evaluation, model, thetas, f_exc)
+    plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, headline)
+    consistency = attempt("consistency", lambda: consistency_table(model, thetas), pd.DataFrame())
+    lines = attempt("frequency_view", lambda: frequency_view(config, evaluation, model, thetas, f_exc), pd.DataFrame())
     summary = validation_summary(validation, horizons)
 
-    notes = log_warnings(logs, [r for r in drive if r["run"] in config.train], config.train, f_exc)
+    notes += log_warnings(logs, [r for r in drive if r["run"] in config.train], config.train, f_exc)
     for name, est in estimates.items():
-        notes += estimate_warnings(model, name, est, consistency_checks(model, thetas[name]))
-    notes += validation_warnings(summary)
-    summary["warnings"] = ["; ".join(sorted({w["kind"] for w in notes if w["model"] == m})) for m in summary["model"]]
+        rows = attempt(f"consistency_{name}", lambda est=est, name=name: consistency_checks(model, thetas[name]), [])
+        notes += estimate_warnings(model, name, est, rows)
+    notes += validation_warnings(summary, list(estimates))
+    notes += nominal_warnings(validation, default_table, list(estimates))
 
     out.mkdir(parents=True, exist_ok=True)
     params.to_csv(out / "parameters.csv", index=False, float_format="%.6g")
@@ -158,18 +278,33 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     pd.DataFrame(drive).to_csv(out / "excitation.csv", index=False, float_format="%.6g")
     if cutoff_table:
         pd.DataFrame(cutoff_table).to_csv(out / "cutoff.csv", index=False, float_format="%.6g")
-    summary.to_csv(out / "summary.csv", index=False, float_format="%.4g")
-    exported, not_exported = export_parameters(out, config.name, estimates, model, config=config, notes=notes)
+    if default_table:
+        pd.DataFrame(default_table).to_csv(out / "default_estimator.csv", index=False, float_format="%.6g")
+    exported, not_exported = attempt(
+        "export",
+        lambda: export_parameters(out, config.name, estimates, model, config=config, notes=notes),
+        ([], {}),
+    )
     for name, why in not_exported.items():
         notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
-    pd.DataFrame(notes, columns=["kind", "model", "message"]).to_csv(out / "warnings.csv", index=False)
-    for w in notes:
-        warnings.warn(f"jaxid fit: {w['message']}", FitWarning, stacklevel=2)
-    figure_paths = []
+    figure_paths, figure_failures = [], {}
     if figures:
         from ..identification.figures import make_fit_figures
 
-        figure_paths = make_fit_figures(out, evaluation, model, thetas, config, val["headline"], horizons)
+        figure_paths = attempt(
+            "figures",
+            lambda: make_fit_figures(
+                out, evaluation, model, thetas, config, headline, horizons, failures=figure_failures
+            ),
+            [],
+        )
+    for what, why in {**diagnostics, **{f"figure {k}": v for k, v in figure_failures.items()}}.items():
+        notes.append({"kind": "diagnostic_failed", "model": "", "message": f"{what} not written: {why}"})
+    summary["warnings"] = ["; ".join(sorted({w["kind"] for w in notes if w["model"] == m})) for m in summary["model"]]
+    summary.to_csv(out / "summary.csv", index=False, float_format="%.4g")
+    pd.DataFrame(notes, columns=["kind", "model", "message"]).to_csv(out / "warnings.csv", index=False)
+    for w in notes:
+        warnings.warn(f"jaxid fit: {w['message']}", FitWarning, stacklevel=2)
     import equinox
     import scipy
 
@@ -187,7 +322,10 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         "evaluation_band_hz": float(val["band_hz"]),
         "training_plausibility": plausibility,
         "sample_step": sample_step,
-        "default_estimator": val["headline"],
+        "default_estimator": headline,
+        "default_rule": DEFAULT_RULE if val["headline"] == "auto" else "validation.headline (given in the config)",
+        "default_scores": default_table,
+        "cutoff_rule": CUTOFF_RULE if flt["cutoff_hz"] == "auto" else "filter.cutoff_hz (given in the config)",
         "estimators": {
             k: {
                 "seconds": round(seconds[k], 3),
@@ -202,6 +340,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             for k, v in estimates.items()
         },
         "failed_estimators": failed,
+        "failed_diagnostics": {**diagnostics, **figure_failures},
         "warnings": notes,
         "exported": [str(p.relative_to(out)) for p in exported],
         "base_parameters": list(model.labels),

@@ -96,6 +96,7 @@ def simulated_logs(
     control_rate: float = 1000.0,
     controller_hz: float = 10.0,
     seed: int = 0,
+    fixed_joints: Sequence[str] = (),
 ) -> dict:
     """Write simulated closed-loop logs of the arm ``urdf`` into ``out`` (module docstring).
 
@@ -110,6 +111,7 @@ def simulated_logs(
         angle_std [rad], velocity_std [rad/s], torque_std [N m]: measurement noise (Gaussian).
         log_rate [Hz], jitter (fraction of a logging step), control_rate [Hz], controller_hz [Hz].
         seed: everything random (references, noise, stamps, the nominal's errors) derives from it.
+        fixed_joints: joints locked at 0 (``load_arm``'s option; give the fit's ``[arm]`` the same).
 
     Returns ``{"runs": [names], "true": Path, "nominal": Path, "armature": [...], "offset": [...],
     "status": [per-run closed-loop status]}``. Raises ``ValueError`` for a run that diverges.
@@ -123,17 +125,21 @@ def simulated_logs(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    base = load_arm(urdf)
-    n = base.dof
-    per_joint = lambda v: [float(x) for x in np.broadcast_to(np.asarray(v, dtype=float), (n,))]  # noqa: E731
-    viscous, coulomb, armature, offset = map(per_joint, (viscous, coulomb, armature, offset))
+    n = load_arm(urdf, fixed_joints=tuple(fixed_joints)).dof
+    every = load_arm(urdf).dof  # the URDF's moving joints, locked ones included (their <dynamics> too)
+
+    def per_joint(v, count):
+        return [float(x) for x in np.broadcast_to(np.asarray(v, dtype=float), (count,))]
+
+    viscous, coulomb = per_joint(viscous, every), per_joint(coulomb, every)
+    armature, offset = per_joint(armature, n), per_joint(offset, n)
     rng = np.random.default_rng(seed)
     true_path = write_urdf_variant(urdf, out / "true.urdf", viscous=viscous, coulomb=coulomb)
     links = sum(1 for link in ET.parse(urdf).getroot().iter("link") if link.find("inertial") is not None)
     scale = 1.0 + nominal_error * rng.uniform(-1.0, 1.0, links)
-    nominal_path = write_urdf_variant(urdf, out / "nominal.urdf", inertial_scale=scale)
-    true_arm = load_arm(true_path, armature=armature, offset=offset)
-    nominal = load_arm(nominal_path)
+    nominal_path = write_urdf_variant(urdf, out / "nominal.urdf", inertial_scale=[float(s) for s in scale])
+    true_arm = load_arm(true_path, armature=armature, offset=offset, fixed_joints=tuple(fixed_joints))
+    nominal = load_arm(nominal_path, fixed_joints=tuple(fixed_joints))
     names = list(names) if names is not None else [f"run_{i + 1:02d}" for i in range(len(durations))]
     if len(names) != len(durations):
         raise ValueError(f"names ({len(names)}) and durations ({len(durations)}) must have one entry per run.")

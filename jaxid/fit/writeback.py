@@ -235,6 +235,12 @@ def _header(arm, phi, chosen: ChosenParameters, title: str, kind: str, fixed_joi
         "each deviation weighted by the RMS torque of its regressor column, among those with the estimate's base",
         "parameters (jaxid.fit.writeback): any such set gives the same torques.",
     ]
+    if not np.isfinite(chosen.nominal_distance):
+        lines[1:] = [
+            "Motion identifies the base parameters only. These are the physically consistent standard parameters the",
+            "estimator itself fitted (pseudo-inertias positive semidefinite): any set with the same base parameters",
+            "gives the same torques.",
+        ]
     if not chosen.realisable:
         lines += [
             "NOT THE ESTIMATE ITSELF: no physically consistent arm has its base parameters. This is its consistent",
@@ -476,7 +482,16 @@ def export_arm_files(
             continue
         title = f"Identified by `jaxid fit` ({fit_name}, estimator {name})."
         try:
-            chosen = choose_standard_parameters(arm, base, value)
+            own = getattr(est, "standard", None)
+            if own is not None and len(own) == len(arm.standard_names):
+                # The estimator fitted consistent standard parameters itself: they are written as they are.
+                phi = np.asarray(own, dtype=float)
+                scale = max(float(np.linalg.norm(value)), 1e-300)
+                chosen = ChosenParameters(
+                    phi, True, float(np.linalg.norm(np.asarray(base.values(phi)) - value)) / scale, float("nan")
+                )
+            else:
+                chosen = choose_standard_parameters(arm, base, value)
             phi = chosen.standard
             urdf_header = _header(arm, phi, chosen, title, "urdf", fixed_joints if source is not None else ())
             texts = {

@@ -23,8 +23,15 @@ def _save(fig, path: Path) -> None:
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
-def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, horizons) -> list[Path]:
-    """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths."""
+def make_fit_figures(
+    out: Path, filtered, model, thetas, config, headline: str, horizons, failures: dict[str, str] | None = None
+) -> list[Path]:
+    """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths.
+
+    Each figure is drawn on its own: one that fails (e.g. a free simulation that leaves the data) is
+    recorded in ``failures`` (``{file name: reason}``, when given; else re-raised) and the others are
+    still written.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,63 +44,94 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
     if "reference" in thetas:
         shown["reference"] = thetas["reference"]
     colours = {headline: "tab:red", "reference": "tab:blue"}
-    names = {headline: f"fit ({headline})", "reference": "lab parameters"}
+    names = {headline: f"fit ({headline})", "reference": "reference parameters"}
     paths = []
     longest = max(horizons)
     joints = filtered[runs[0]].joints
     height = 5 if joints == 2 else 1.1 + 1.9 * joints  # inches: two joints as before, then ~1.9 per panel
+
+    def attempt(name, draw):
+        try:
+            draw(fig_dir / name)
+            paths.append(fig_dir / name)
+        except Exception as err:  # noqa: BLE001 - one figure failing must not lose the others
+            plt.close("all")
+            if failures is None:
+                raise
+            failures[name] = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+
     for run in runs:
-        d = filtered[run]
-        t = np.asarray(d.t)
-        sl = d.usable
-        # Torque: a 3-s window from the middle of the run.
-        mid = t[sl][len(t[sl]) // 2]
-        win = (t >= mid - 1.5) & (t <= mid + 1.5)
-        fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
-        axes = axes[:, 0]
-        for j, ax in enumerate(axes):
-            ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
-            ax.plot(t[win], d.band(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
-            for label, theta in shown.items():
-                pred = torque_prediction(d, model.regressor, theta)
-                ax.plot(t[win], pred[win, j], color=colours[label], lw=1.0, label=names[label])
-            ax.set_ylabel(f"τ{j + 1} [N m]")
-        axes[0].set_title(f"{run}: measured vs inverse-dynamics torque (cut-off {d.cutoff_hz:g} Hz)")
-        axes[0].legend(fontsize=7, ncol=4, loc="upper right")
-        axes[-1].set_xlabel("t [s]")
-        fig.tight_layout()
-        paths.append(fig_dir / f"torque_{run}.png")
-        _save(fig, paths[-1])
-        plt.close(fig)
+        attempt(
+            f"torque_{run}.png",
+            lambda path, run=run: _torque(plt, path, filtered[run], run, model, shown, colours, names, joints, height),
+        )
+        attempt(
+            f"angles_{run}.png",
+            lambda path, run=run: _angles(
+                plt, path, filtered[run], run, model, shown, colours, names, joints, height, longest
+            ),
+        )
+    attempt(
+        "residual_spectra.png", lambda path: _spectra(plt, path, filtered, runs, model, shown, colours, names, joints)
+    )
+    return paths
 
-        # Angles: free simulations restarted every `longest` seconds from the measured state.
-        steps = int(round(longest / d.sample_step))
-        starts = np.arange(sl.start, sl.stop - steps, steps)
-        fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
-        axes = axes[:, 0]
-        for j, ax in enumerate(axes):
-            ax.plot(t[sl], np.asarray(d.q_raw)[sl, j], color="k", lw=1.2, label="measured")
-            for label, theta in shown.items():
-                if starts.size == 0:
-                    continue
-                sim = free_simulation(d, model.regressor, theta, starts, steps)
-                for i, s in enumerate(starts):
-                    ax.plot(
-                        t[s : s + steps + 1],
-                        sim[i, :, j],
-                        color=colours[label],
-                        lw=1.0,
-                        label=names[label] if i == 0 else None,
-                    )
-            ax.set_ylabel(f"q{j + 1} [rad]")
-        axes[0].set_title(f"{run}: free simulation from the measured state every {longest:g} s, measured torque")
-        axes[0].legend(fontsize=7, ncol=3, loc="upper right")
-        axes[-1].set_xlabel("t [s]")
-        fig.tight_layout()
-        paths.append(fig_dir / f"angles_{run}.png")
-        _save(fig, paths[-1])
-        plt.close(fig)
 
+def _torque(plt, path, d, run, model, shown, colours, names, joints, height):
+    t = np.asarray(d.t)
+    sl = d.usable
+    # Torque: a 3-s window from the middle of the run.
+    mid = t[sl][len(t[sl]) // 2]
+    win = (t >= mid - 1.5) & (t <= mid + 1.5)
+    fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for j, ax in enumerate(axes):
+        ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
+        ax.plot(t[win], d.band(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
+        for label, theta in shown.items():
+            pred = torque_prediction(d, model.regressor, theta)
+            ax.plot(t[win], pred[win, j], color=colours[label], lw=1.0, label=names[label])
+        ax.set_ylabel(f"τ{j + 1} [N m]")
+    axes[0].set_title(f"{run}: measured vs inverse-dynamics torque (cut-off {d.cutoff_hz:g} Hz)")
+    axes[0].legend(fontsize=7, ncol=4, loc="upper right")
+    axes[-1].set_xlabel("t [s]")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _angles(plt, path, d, run, model, shown, colours, names, joints, height, longest):
+    t = np.asarray(d.t)
+    sl = d.usable
+    # Angles: free simulations restarted every `longest` seconds from the measured state.
+    steps = int(round(longest / d.sample_step))
+    starts = np.arange(sl.start, sl.stop - steps, steps)
+    fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for j, ax in enumerate(axes):
+        ax.plot(t[sl], np.asarray(d.q_raw)[sl, j], color="k", lw=1.2, label="measured")
+        for label, theta in shown.items():
+            if starts.size == 0:
+                continue
+            sim = free_simulation(d, model.regressor, theta, starts, steps)
+            for i, s in enumerate(starts):
+                ax.plot(
+                    t[s : s + steps + 1],
+                    sim[i, :, j],
+                    color=colours[label],
+                    lw=1.0,
+                    label=names[label] if i == 0 else None,
+                )
+        ax.set_ylabel(f"q{j + 1} [rad]")
+    axes[0].set_title(f"{run}: free simulation from the measured state every {longest:g} s, measured torque")
+    axes[0].legend(fontsize=7, ncol=3, loc="upper right")
+    axes[-1].set_xlabel("t [s]")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _spectra(plt, path, filtered, runs, model, shown, colours, names, joints):
     # Residual torque spectra over the shown runs.
     cols = min(joints, 3)
     rows = -(-joints // cols)
@@ -101,25 +139,26 @@ def make_fit_figures(out: Path, filtered, model, thetas, config, headline: str, 
     for ax in axes.reshape(-1)[joints:]:
         ax.set_visible(False)
     axes = axes.reshape(-1)[:joints]
+    # One Welch segment length for every run (at most the shortest run's usable length): runs of
+    # different lengths then share one frequency grid and their spectra can be averaged.
+    segment = min([1024] + [filtered[run].usable.stop - filtered[run].usable.start for run in runs])
     for label, theta in shown.items():
         psd_sum, freqs = None, None
         for run in runs:
             d = filtered[run]
             resid = (torque_prediction(d, model.regressor, theta, band=False) - np.asarray(d.tau_raw))[d.usable]
-            freqs, psd = residual_spectrum(resid, d.sample_step)
+            freqs, psd = residual_spectrum(resid, d.sample_step, segment)
             psd_sum = psd if psd_sum is None else psd_sum + psd
         for j, ax in enumerate(axes):
             ax.semilogy(freqs, psd_sum[:, j] / len(runs), color=colours[label], lw=1.0, label=names[label])
     for j, ax in enumerate(axes):
         ax.axvline(filtered[runs[0]].cutoff_hz, color="0.5", ls="--", lw=0.8, label="filter cut-off")
-        ax.set_xlim(0, 40)
+        ax.set_xlim(0, min(40.0, 0.5 / filtered[runs[0]].sample_step))
         ax.set_xlabel("frequency [Hz]")
         ax.set_title(f"joint {j + 1}: residual τ_model − τ_measured")
     for ax in axes[::cols]:
         ax.set_ylabel("PSD [(N m)²/Hz]")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    paths.append(fig_dir / "residual_spectra.png")
-    _save(fig, paths[-1])
+    _save(fig, path)
     plt.close(fig)
-    return paths

@@ -63,6 +63,8 @@ class Identification(eqx.Module):
         notes: free text (e.g. the largest continuity gap of multiple shooting).
         status: ``"ok"``, or why the estimate is not to be trusted (``"max_iterations"``: an
             iterative fit stopped at its limit; ``"failed"``).
+        standard: ``(14 n,)`` the physically consistent standard parameters behind ``value`` when the
+            estimator fitted them (``idim_ls_consistent``), else ``None``.
     """
 
     method: str = eqx.field(static=True)
@@ -76,6 +78,7 @@ class Identification(eqx.Module):
     iterations: int = eqx.field(static=True, default=0)
     notes: str = eqx.field(static=True, default="")
     status: str = eqx.field(static=True, default="ok")
+    standard: np.ndarray | None = None
 
     @property
     def std(self) -> np.ndarray:
@@ -311,9 +314,20 @@ def _accelerations(regressor, theta, q, qd, tau, known):
     return jax.vmap(lambda q_, qd_, tau_: accelerations(regressor, theta, q_, qd_, tau_, known))(q, qd, tau)
 
 
+#: A simulated segment is *near* the measured trajectory while every angle stays within this much [rad]
+#: (or [m]) of the filtered measured one; rows of segments that leave it (or are not finite) are not
+#: instruments (``simulated_signals``).
+NEAR_RAD = 0.1
+#: IDIM-IV restarts its simulations more often (halving ``segment_s``, down to ``MIN_SEGMENT_STEPS``
+#: samples) until at least ``MIN_NEAR`` of the segments stay near the measured trajectory.
+MIN_NEAR = 0.5
+MIN_SEGMENT_STEPS = 2
+
+
 def simulated_signals(logs, regressor, theta, segment_s, known=None):
-    """Per log: ``(indices, q, qd, qdd)`` of segment-wise simulations restarted from the filtered
-    measured state every ``segment_s`` seconds under the low-passed measured torque."""
+    """Per log: ``(indices, q, qd, qdd, near)`` of segment-wise simulations restarted from the filtered
+    measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
+    samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite)."""
     out = []
     sim = simulate_segments_jit
 
@@ -328,10 +342,36 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None):
         )
         idx = (starts[:, None] + np.arange(length)).reshape(-1)
         n = d.joints
-        states = states[:, :length].reshape(-1, 2 * n)
+        states = states[:, :length]
+        deviation = np.abs(states[..., :n] - np.asarray(d.q)[starts[:, None] + np.arange(length)])
+        near_segment = np.all(np.isfinite(states), axis=(1, 2)) & (
+            np.nan_to_num(deviation, nan=np.inf).max(axis=(1, 2)) <= NEAR_RAD
+        )
+        near = np.repeat(near_segment, length)
+        states = np.where(near_segment[:, None, None], states, np.asarray(x0)[:, None, :]).reshape(-1, 2 * n)
         qdd = np.asarray(acc(jnp.asarray(theta), states[:, :n], states[:, n:], np.asarray(d.tau)[idx]))
-        out.append((idx, states[:, :n], states[:, n:], qdd))
+        out.append((idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)))
     return out
+
+
+def _near_signals(logs, regressor, theta, segment_s, known):
+    """``simulated_signals`` restarted more often until ``MIN_NEAR`` of the rows stay near the measured
+    trajectory (module constants); returns ``(signals, segment_s used)`` or raises a ``ValueError`` that
+    says what failed."""
+    shortest = MIN_SEGMENT_STEPS * min(d.sample_step for d in logs)
+    while True:
+        sims = simulated_signals(logs, regressor, theta, segment_s, known)
+        share = sum(int(s[4].sum()) for s in sims) / max(sum(s[4].size for s in sims), 1)
+        if share >= MIN_NEAR:
+            return sims, segment_s
+        if segment_s / 2 < shortest:
+            raise ValueError(
+                f"IDIM-IV: the simulations of the estimate leave the measured trajectory (by more than {NEAR_RAD} rad, "
+                f"or diverge) in {100 * (1 - share):.0f} % of the segments even restarted every {segment_s:.3g} s: "
+                "the estimate's model cannot be simulated (e.g. its mass matrix is not positive definite); start "
+                'IDIM-IV from a physically consistent estimate (estimators.use = ["idim_ls_consistent", …]) or drop it.'
+            )
+        segment_s = segment_s / 2
 
 
 def idim_iv(
@@ -364,11 +404,17 @@ def idim_iv(
         (d.band(np.asarray(reg(d.q, d.qd, d.qdd))), d.band(np.asarray(d.tau) - _known_torque(d, known))) for d in logs
     ]
     sigma = None
+    notes = ""
     for _ in range(iterations):
-        sims = simulated_signals(logs, regressor, theta, segment_s, known)
+        sims, used = _near_signals(logs, regressor, theta, segment_s, known)
+        if used != segment_s:
+            notes = (
+                f"simulations restarted every {used:.3g} s (not {segment_s:g} s) to stay near the measured trajectory"
+            )
         ws, zs, ys = [], [], []
-        for (w_band, y_band), (idx, qs, qds, qdds) in zip(bands, sims, strict=True):
+        for (w_band, y_band), (idx, qs, qds, qdds, near) in zip(bands, sims, strict=True):
             keep = np.arange(0, idx.size, decimate)
+            keep = keep[near[keep]]
             rows = idx[keep]
             ws.append(w_band[rows])
             zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
@@ -382,12 +428,27 @@ def idim_iv(
         scale = np.linalg.norm(a_w, axis=0)
         scale = np.where(scale > 0, scale, 1.0)
         zw = (a_z / scale).T @ (a_w / scale)
-        if not np.all(np.isfinite(zw)) or np.linalg.cond(zw) > 1e12:
-            raise ValueError("IDIM-IV: the instrument matrix is singular; check the simulation (start estimate).")
+        condition = np.linalg.cond(zw) if np.all(np.isfinite(zw)) else np.inf
+        if condition > 1e12:
+            raise ValueError(
+                f"IDIM-IV: the instrument matrix is singular (condition {condition:.3g}) although the simulations stay "
+                "near the measured trajectory: some parameters move no simulated torque; fix them (fit.fixed) or use "
+                "IDIM-LS."
+            )
         x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
         theta = x / scale
     zw_inv = np.linalg.inv(zw)
     cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
     return _ls_result(
-        "idim_iv", names, theta, w, y, sigma, a_w / scale, scale, cov_scaled=cov_scaled, iterations=iterations
+        "idim_iv",
+        names,
+        theta,
+        w,
+        y,
+        sigma,
+        a_w / scale,
+        scale,
+        cov_scaled=cov_scaled,
+        iterations=iterations,
+        notes=notes,
     )

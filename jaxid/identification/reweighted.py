@@ -122,4 +122,5 @@ def idim_ls_consistent(
         int(est.iterations),
         f"duality gap {float(est.duality_gap):.3g} of cost {float(est.cost):.3g}",
         status,
+        np.asarray(est.standard, dtype=float),
     )

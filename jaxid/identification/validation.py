@@ -105,10 +105,15 @@ def frequency_lines(x: np.ndarray, sample_step: float, fundamental_hz: float, ha
     """
     x = np.asarray(x, dtype=float)
     n_per = 1.0 / (fundamental_hz * sample_step)
-    periods = int(np.floor(x.shape[0] / n_per))
+    # A record of exactly whole periods (the lowest periodogram bin is N / n_per = 1 period) must count
+    # them all: n_per = N (1 + 1e-16) after rounding would floor to no period at all.
+    periods = int(np.floor(x.shape[0] / n_per * (1 + 1e-9)))
     if periods < 1:
-        raise ValueError("the record is shorter than one period of the fundamental.")
-    n = int(np.floor(periods * n_per))
+        raise ValueError(
+            f"the record ({x.shape[0]} samples) is shorter than one period of the fundamental "
+            f"({fundamental_hz:.6g} Hz, {n_per:.6g} samples)."
+        )
+    n = min(int(round(periods * n_per)), x.shape[0])
     t = np.arange(n) * sample_step
     w = 2 * np.pi * fundamental_hz * np.arange(1, harmonics + 1)
     basis = np.concatenate([np.ones((n, 1)), np.cos(t[:, None] * w), np.sin(t[:, None] * w)], axis=1)
@@ -117,10 +122,14 @@ def frequency_lines(x: np.ndarray, sample_step: float, fundamental_hz: float, ha
     return c - 1j * d
 
 
-def residual_spectrum(residual: np.ndarray, sample_step: float) -> tuple[np.ndarray, np.ndarray]:
-    """Welch PSD ``(frequencies [Hz], psd [(N m)²/Hz] of shape (F, C))`` of a torque residual."""
+def residual_spectrum(residual: np.ndarray, sample_step: float, segment: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Welch PSD ``(frequencies [Hz], psd [(N m)²/Hz] of shape (F, C))`` of a torque residual.
+
+    ``segment``: Welch's segment length in samples (shortened to the record's); runs of different
+    lengths given the same ``segment`` (at most the shortest run's length) share one frequency grid.
+    """
     residual = np.asarray(residual, dtype=float)
-    nper = min(1024, residual.shape[0])
+    nper = min(int(segment), residual.shape[0])
     from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
 
     return signal.welch(residual, fs=1.0 / sample_step, nperseg=nper, axis=0)

@@ -1,0 +1,107 @@
+"""Choices a fit makes on its training runs alone: the filter cut-off and the default estimate.
+
+Both are chosen by **torque prediction on training data left out in turn** (cross-validation), in
+the fixed evaluation band (``validation.band_hz``), so that the score does not move with the filter
+it judges and no held-out run enters:
+
+- **Folds.** With two or more training runs the folds are the runs, grouped in file order into at
+  most ``MAX_FOLDS`` = 5 contiguous groups (``numpy.array_split``). A single training run is cut
+  into its two halves (each filtered on its own), so one run still gives two folds.
+- **Score.** For each fold the estimator is fitted on the other folds and predicts the left-out
+  fold's torque by inverse dynamics in the evaluation band (``torque_rmse``: the model's torque and
+  the measured torque both low-passed at ``band_hz``, usable samples); the score is the RMSE pooled
+  over the folds' samples and all joints [N m]. The arm description's own (nominal) parameters are
+  scored on the same folds, so a fit can be compared with what it started from.
+
+**The cut-off** (``filter.cutoff_hz = "auto"``, ``choose_cutoff`` in ``jaxid.fit.cutoff``): IDIM-LS
+at every candidate cut-off, the candidate with the lowest score wins. Unlike a free simulation of
+the arm, the score holds for an arm that falls over in open loop (an N-joint arm under gravity,
+logged in closed loop): it only needs inverse dynamics.
+
+**The default estimate** (``validation.headline = "auto"``): among the estimators that ran with
+status ``ok`` and whose refit per fold is cheap (``DEFAULT_CANDIDATES``: the least-squares family;
+the simulation-based IDIM-IV, output error and Kalman filters would multiply the fit's cost by
+the number of folds, and are compared in the held-out tables instead), the one with the lowest score.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MAX_FOLDS", "DEFAULT_CANDIDATES", "training_folds", "fold_score", "cross_validate"]
+
+#: At most this many folds of training runs (contiguous groups in file order).
+MAX_FOLDS = 5
+#: The estimators eligible as the default estimate (module docstring), in order of preference on ties.
+DEFAULT_CANDIDATES = ("idim_ls_consistent", "idim_ls", "idim_ls_bounded", "rls")
+
+
+def training_folds(logs: dict[str, Any]) -> list[list[tuple[str, Any]]]:
+    """The folds of the training runs ``{name: MeasuredLog}`` (module docstring): a list of folds, each
+    a list of ``(label, MeasuredLog)``; a single run is cut into its halves."""
+    names = list(logs)
+    if len(names) == 1:
+        name = names[0]
+        log = logs[name]
+        t = np.asarray(log.t)
+        mid = float(t[len(t) // 2])
+        return [
+            [(f"{name}[first half]", log.window(float(t[0]), mid))],
+            [(f"{name}[second half]", log.window(mid, float(t[-1])))],
+        ]
+    groups = np.array_split(np.arange(len(names)), min(MAX_FOLDS, len(names)))
+    return [[(names[i], logs[names[i]]) for i in group] for group in groups]
+
+
+def fold_score(model, theta, evaluation_logs) -> tuple[float, int]:
+    """``(sum of squared torque errors, count)`` of base parameters ``theta`` on evaluation-band logs,
+    pooled over their usable samples and joints."""
+    from ..identification.validation import torque_rmse
+
+    total, count = 0.0, 0
+    for d in evaluation_logs:
+        rmse = np.asarray(torque_rmse(d, model.regressor, theta))
+        samples = d.usable.stop - d.usable.start
+        if not np.all(np.isfinite(rmse)):
+            return math.inf, 1
+        total += float(np.sum(rmse**2)) * samples
+        count += samples * rmse.size
+    return total, count
+
+
+def cross_validate(fitted, evaluated, fit, model, nominal=None) -> dict[str, float]:
+    """Leave-one-fold-out torque RMSE [N m] of ``fit``, and of the fixed ``nominal`` parameters.
+
+    Args:
+        fitted: per fold, its ``FilteredLog`` s at the fit's cut-off.
+        evaluated: per fold, the same logs filtered at the evaluation band.
+        fit: ``(list of FilteredLog) -> base parameters`` (full vector); a fold whose fit raises
+            ``ValueError`` (e.g. rank deficiency) or is not finite is left out of the score.
+        model: the fit's ``FitModel``.
+        nominal: optional base parameters scored on the same left-out folds.
+
+    Returns ``{"score": RMSE, "nominal": RMSE or NaN, "folds": folds used}``; ``score`` is ``inf`` when
+    no fold could be fitted.
+    """
+    total = count = nominal_total = nominal_count = 0.0
+    used = 0
+    for k in range(len(fitted)):
+        train = [d for i, fold in enumerate(fitted) if i != k for d in fold]
+        try:
+            theta = np.asarray(fit(train), dtype=float)
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError):
+            continue
+        if not np.all(np.isfinite(theta)):
+            continue
+        used += 1
+        s, c = fold_score(model, theta, evaluated[k])
+        total, count = total + s, count + c
+        if nominal is not None:
+            s, c = fold_score(model, nominal, evaluated[k])
+            nominal_total, nominal_count = nominal_total + s, nominal_count + c
+    score = math.sqrt(total / count) if count else math.inf
+    nominal_score = math.sqrt(nominal_total / nominal_count) if nominal_count else math.nan
+    return {"score": score, "nominal": nominal_score, "folds": used}
