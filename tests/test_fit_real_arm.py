@@ -93,7 +93,7 @@ def test_every_log_estimator_runs_through_the_cli(fitted):
     # Each requested estimator is a result or a stated failure, never lost.
     assert set(ran) | set(failed) == set(ESTIMATORS)
     assert {"idim_ls", "idim_ls_consistent", "idim_iv", "rls"} <= set(ran)
-    for name, why in failed.items():
+    for why in failed.values():
         assert why and "Traceback" not in why
     for name in ("summary.csv", "validation.csv", "parameters.csv", "warnings.csv", "cutoff.csv"):
         assert (out / name).is_file(), name

@@ -17,15 +17,18 @@ joint from the raw (resampled) log, by two tests that both must hold:
 over the driven joints of the training runs. No driven joint in any training run is an error that
 says to set ``filter.excitation_hz``. The per-run decisions are written to ``excitation.csv``.
 
-**The automatic cut-off** (``cutoff_hz = "auto"``): for each multiple ``c · f_exc`` in
-``candidates`` the training runs are filtered, IDIM-LS is fitted, and the fit's free simulations
-are compared with the *training* runs' measured angles (longest horizon); the candidate with the
-smallest mean angle RMSE wins. The angle error is measured on raw angles, so it does not depend on
-the filter it judges; the held-out runs are never used. Why not a fixed multiple: the real arm's
-angles carry a ~5-15 Hz component the rigid model does not explain (structure/drive), and the LS
-estimate attenuates as the cut-off lets more of it into ``q''`` (errors in variables) — the rule
-finds the band in which the rigid model holds. Whatever the cut-off (chosen or given), the runner
-refuses a fit whose training angle error is implausible (``jaxid.fit.checks.check_training_error``).
+**The automatic cut-off** (``cutoff_hz = "auto"``): the candidates are multiples of ``f_exc``
+(``candidates = "auto"``: ``AUTO_MULTIPLES`` up to ``min(0.4 / Δ, 2 · validation.band_hz)``, or the
+config's list); for each, IDIM-LS is fitted on the training runs left out in turn and predicts the
+left-out runs' torque by inverse dynamics in the fixed evaluation band (``jaxid.fit.selection``);
+the lowest pooled RMSE wins. The score needs no free simulation, so it holds for an N-joint arm
+that falls over in open loop, and no held-out run enters. Why a search and not "ten times the
+excitation": a real arm's torque and angles carry lines the rigid model does not explain
+(structure, drives), and the LS estimate attenuates as the cut-off lets more noise into ``q''``
+(errors in variables), while too low a cut-off discards the motion's own harmonics (a multi-harmonic
+trajectory's dominant torque line is often its lowest). Whatever the cut-off (chosen or given), the
+runner refuses a fit that does not reproduce its own training torque
+(``jaxid.fit.checks.check_training_error``).
 """
 
 from __future__ import annotations

@@ -93,7 +93,12 @@ def kalman_filter_fit(
         )
         mean, full_cov = np.asarray(mean), np.asarray(full_cov)
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(full_cov))):
-            raise ValueError(f"{kind}: the filter diverged on {d.name}; start from a better estimate.")
+            raise ValueError(
+                f"{kind}: the filter diverged on {d.name} (its state or covariance left the finite range); start it "
+                f"closer (estimators.{kind}.initial_relative_std, now {initial_relative_std:g}, smaller), trust the "
+                f"model less (estimators.{kind}.velocity_process_std, now {velocity_process_std:g} rad/s, larger), or "
+                'start from a physically consistent estimate (estimators.use with "idim_ls_consistent").'
+            )
         theta, cov = mean[m:], full_cov[m:, m:]
         resid.append(np.asarray(filtered_q) - y)
     resid = np.concatenate(resid)
