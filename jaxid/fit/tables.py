@@ -122,12 +122,17 @@ def validation_summary(validation, horizons):
 
 
 def frequency_view(config, filtered, model, thetas, f_exc_train):
-    """Measured vs model lines at the excited frequency and its harmonics (``frequency_lines``)."""
+    """Measured vs model lines at the excited frequency and its harmonics (``frequency_lines``): torque
+    lines always, angle lines (free simulation of the whole run) for the two-link arm only."""
     import pandas as pd
 
     from ..filters import dominant_frequency
     from ..identification.validation import free_simulation, frequency_lines, torque_prediction
+    from .model import _two_link
 
+    # The angle lines come from a free simulation of the whole run: meaningful for the hanging two-link
+    # arm, not for an N-joint arm logged in closed loop (it falls over in open loop): torque lines only.
+    angles = _two_link(model)
     opts = config.section("frequency")
     harmonics = int(opts["harmonics"])
     rows = []
@@ -141,11 +146,14 @@ def frequency_view(config, filtered, model, thetas, f_exc_train):
         if share.max() < opts["min_share"]:
             continue  # not a sine-driven run
         steps = sl.stop - 1 - sl.start
-        signals = {"torque": {"measured": tau}, "angle": {"measured": np.asarray(d.q_raw)[sl]}}
+        signals = {"torque": {"measured": tau}}
+        if angles:
+            signals["angle"] = {"measured": np.asarray(d.q_raw)[sl]}
         for label, theta in thetas.items():
             signals["torque"][label] = torque_prediction(d, model.regressor, theta)[sl]
-            sim = free_simulation(d, model.regressor, theta, np.asarray([sl.start]), steps)[0, :, : model.dof]
-            signals["angle"][label] = sim
+            if angles:
+                sim = free_simulation(d, model.regressor, theta, np.asarray([sl.start]), steps)[0, :, : model.dof]
+                signals["angle"][label] = sim
         for kind, series in signals.items():
             phasors = {k: frequency_lines(v, d.sample_step, f0, harmonics) for k, v in series.items()}
             for k in range(harmonics):

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -33,14 +34,17 @@ __all__ = [
 ]
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _model_torque(regressor, theta, q, qd, qdd):
+    # One compiled program per regressor (hashed by identity) and log shape, whatever θ: a fit scores
+    # many parameter sets on the same logs (validation, cross-validation, figures).
+    return model_torque(regressor, theta, q, qd, qdd)
+
+
 def torque_prediction(log: FilteredLog, regressor: Regressor, theta, *, band: bool = True) -> np.ndarray:
     """``Y θ`` on every sample of a filtered log, ``(N, n)`` [N m], low-passed like the measured
     torque (``log.band``) unless ``band=False``."""
-    pred = np.asarray(
-        jax.jit(lambda q, qd, qdd, th: model_torque(regressor, th, q, qd, qdd))(
-            log.q, log.qd, log.qdd, jnp.asarray(theta)
-        )
-    )
+    pred = np.asarray(_model_torque(regressor, jnp.asarray(theta, dtype=float), log.q, log.qd, log.qdd))
     return log.band(pred) if band else pred
 
 
