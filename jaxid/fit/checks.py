@@ -135,7 +135,7 @@ def nominal_warnings(validation, default_table, estimates: list[str]) -> list[di
                 _warning(
                     "worse_than_nominal",
                     row["estimator"],
-                    f"{row['estimator']}: fitted on training runs left out in turn, predicts them worse than the arm "
+                    f"{row['estimator']}: fitted on half of the training data, predicts the other half worse than the arm "
                     f"description's own parameters ({mine:.3g} vs {theirs:.3g} N m pooled).",
                 )
             )

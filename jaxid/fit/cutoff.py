@@ -19,8 +19,8 @@ says to set ``filter.excitation_hz``. The per-run decisions are written to ``exc
 
 **The automatic cut-off** (``cutoff_hz = "auto"``): the candidates are multiples of ``f_exc``
 (``candidates = "auto"``: ``AUTO_MULTIPLES`` up to ``min(0.4 / Δ, 2 · validation.band_hz)``, or the
-config's list); for each, IDIM-LS is fitted on the training runs left out in turn and predicts the
-left-out runs' torque by inverse dynamics in the fixed evaluation band (``jaxid.fit.selection``);
+config's list); for each, IDIM-LS is fitted on one half of every training run and predicts the
+other halves' torque by inverse dynamics in the fixed evaluation band (``jaxid.fit.selection``);
 the lowest pooled RMSE wins. The score needs no free simulation, so it holds for an N-joint arm
 that falls over in open loop, and no held-out run enters. Why a search and not "ten times the
 excitation": a real arm's torque and angles carry lines the rigid model does not explain

@@ -107,12 +107,12 @@ def _jackknife(config, train, model):
 
 #: How ``validation.headline = "auto"`` picks the default estimate (``jaxid.fit.selection``).
 DEFAULT_RULE = (
-    "the lowest leave-one-fold-out torque RMSE on the training runs (evaluation band, pooled over joints) among "
+    "the lowest left-out torque RMSE (first vs second halves of every training run) (evaluation band, pooled over joints) among "
     f"the estimators of {list(DEFAULT_CANDIDATES)} that ran with status ok"
 )
 #: How ``filter.cutoff_hz = "auto"`` picks the cut-off (``jaxid.fit.cutoff``).
 CUTOFF_RULE = (
-    "the candidate (multiples of the excitation frequency) with the lowest leave-one-fold-out torque RMSE of "
+    "the candidate (multiples of the excitation frequency) with the lowest left-out torque RMSE (halves of every training run) of "
     "IDIM-LS on the training runs (evaluation band, pooled over joints)"
 )
 

@@ -1,12 +1,15 @@
 """Choices a fit makes on its training runs alone: the filter cut-off and the default estimate.
 
-Both are chosen by **torque prediction on training data left out in turn** (cross-validation), in
+Both are chosen by **torque prediction on training data left out in turn** (two-fold cross-validation), in
 the fixed evaluation band (``validation.band_hz``), so that the score does not move with the filter
 it judges and no held-out run enters:
 
-- **Folds.** With two or more training runs the folds are the runs, grouped in file order into at
-  most ``MAX_FOLDS`` = 5 contiguous groups (``numpy.array_split``). A single training run is cut
-  into its two halves (each filtered on its own), so one run still gives two folds.
+- **Folds.** Every training run is cut into its two halves (each filtered on its own); one fold
+  is the first halves of all runs, the other the second halves. Each fold then holds a part of every
+  run: training runs that excite different joints (one joint at a time, as the double pendulum's do)
+  all stay in every fit, which leaving whole runs out would break, and a single run still gives two
+  folds. The halves are contiguous in time, so the left-out samples are not interleaved with the
+  fitted ones (the filtered noise is correlated over a few samples).
 - **Score.** For each fold the estimator is fitted on the other folds and predicts the left-out
   fold's torque by inverse dynamics in the evaluation band (``torque_rmse``: the model's torque and
   the measured torque both low-passed at ``band_hz``, usable samples); the score is the RMSE pooled
@@ -31,29 +34,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_FOLDS", "DEFAULT_CANDIDATES", "training_folds", "fold_score", "cross_validate"]
+__all__ = ["DEFAULT_CANDIDATES", "training_folds", "fold_score", "cross_validate"]
 
-#: At most this many folds of training runs (contiguous groups in file order).
-MAX_FOLDS = 5
 #: The estimators eligible as the default estimate (module docstring), in order of preference on ties.
 DEFAULT_CANDIDATES = ("idim_ls_consistent", "idim_ls", "idim_ls_bounded", "rls")
 
 
 def training_folds(logs: dict[str, Any]) -> list[list[tuple[str, Any]]]:
-    """The folds of the training runs ``{name: MeasuredLog}`` (module docstring): a list of folds, each
-    a list of ``(label, MeasuredLog)``; a single run is cut into its halves."""
-    names = list(logs)
-    if len(names) == 1:
-        name = names[0]
-        log = logs[name]
+    """The two folds of the training runs ``{name: MeasuredLog}`` (module docstring): the first halves of
+    every run, and the second halves; each a list of ``(label, MeasuredLog)``."""
+    folds: list[list[tuple[str, Any]]] = [[], []]
+    for name, log in logs.items():
         t = np.asarray(log.t)
         mid = float(t[len(t) // 2])
-        return [
-            [(f"{name}[first half]", log.window(float(t[0]), mid))],
-            [(f"{name}[second half]", log.window(mid, float(t[-1])))],
-        ]
-    groups = np.array_split(np.arange(len(names)), min(MAX_FOLDS, len(names)))
-    return [[(names[i], logs[names[i]]) for i in group] for group in groups]
+        folds[0].append((f"{name}[first half]", log.window(float(t[0]), mid)))
+        folds[1].append((f"{name}[second half]", log.window(mid, float(t[-1]))))
+    return folds
 
 
 def fold_score(model, theta, evaluation_logs) -> tuple[float, int]:
