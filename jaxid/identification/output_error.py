@@ -27,10 +27,12 @@ the states by a banded Cholesky factorisation and solves the ``θ`` Schur comple
 by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
 of two: one compiled program per model and chunk shape, whatever the logs' lengths.
 
-**Solver.** Levenberg–Marquardt on those normal equations (``shooting.levenberg_marquardt``:
-Marquardt's scaling by the largest column norms met, Nielsen's damping update, one pass per trial
-point), stopping as ``scipy.optimize.least_squares`` does (``ftol = 1e-8`` on the cost,
-``xtol = 1e-10`` on the step, ``gtol = 1e-8``) or after ``max_iterations`` passes (status
+**Solver.** ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method,
+step for step (``jaxid.identification.shooting.trust_region``), its subproblem solved on those
+normal equations instead of an SVD of the Jacobian: the same iterates as the dense route to
+round-off (``tests/test_output_error_streaming.py``). A pass at a trial point also gives its
+Jacobian, so an accepted step costs no second pass. It stops at ``ftol = 1e-8``, ``xtol = 1e-10``,
+``gtol = 1e-8`` or after ``max_iterations`` passes (status
 ``"max_iterations"``). The tangents go through the accelerations' custom JVP
 (``jaxid.identification.data.accelerations``) and through one copy of the model per step
 (``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
@@ -38,7 +40,12 @@ hashed by identity), step, stride and chunk shape: every pass, and every later c
 the same segment length, reuses it.
 Started from IDIM-LS. The covariance ``σ̂² (JᵀJ)⁻¹`` (``θ`` block: the inverse of the Schur
 complement) treats the residuals as white, i.e. it ignores the model error that colours them: a
-lower bound.
+lower bound. Formed from the normal equations it carries their squared condition number: on a
+2-s UR5 log (58 base parameters) its standard deviations agree with the dense route's SVD to 0.2 %.
+
+**Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
+10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
+simulation of every sample (one RK4 step per sample), not the residual count.
 
 **Another parametrisation** (``parametrisation = g``, ``start_z``): the solver moves ``z`` and the
 initial states, with ``θ = g(z)`` and the ``θ`` columns of the Jacobian times ``∂g/∂z``; the

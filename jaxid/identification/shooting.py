@@ -1,4 +1,4 @@
-"""Multiple shooting's normal equations, accumulated segment by segment, and Levenberg–Marquardt on them.
+"""Multiple shooting's normal equations, accumulated segment by segment, and a trust-region solver on them.
 
 The unknowns are the fitted parameters ``φ`` (``P``: ``θ``, or the ``z`` of a parametrisation
 ``θ = g(z)``) and one initial state ``x_s`` (``m = 2 n`` entries) per segment ``s = 1 … S``. A segment's
@@ -12,15 +12,16 @@ block-tridiagonal::
     [  …         …   …  ]   C_s+1,s        = −W² E_x,s (the gap's Jacobian in x_{s+1} is −W)
 
 (in ``z``: ``A → GᵀAG``, ``B_s → GᵀB_s``, ``G = ∂θ/∂z``). ``normal_equations`` assembles it from the
-per-segment products that the compiled chunk program returns (``Blocks``); ``bordered_solve``
-solves ``(JᵀJ + μ D²) δ = −Jᵀr`` by a banded Cholesky factorisation of the state block (half-bandwidth
+per-segment products that the compiled chunk program returns (``Blocks``); ``Factor`` solves
+``(JᵀJ + α D²) δ = r`` by a banded Cholesky factorisation of the state block (half-bandwidth
 ``2 m − 1``, ``scipy.linalg.cholesky_banded``) and a dense solve of the ``P × P`` Schur complement
 ``A − B C⁻¹ Bᵀ``. Host-side numpy/scipy, O(S m (P + m)) memory and time per solve.
 
-``levenberg_marquardt``: the damped Gauss–Newton loop (Marquardt's scaling ``D`` = the largest
-column norms of ``J`` met so far, as ``least_squares(x_scale="jac")``; Nielsen's damping update;
-a trial point costs one pass and is accepted when it lowers the cost). It stops as
-``scipy.optimize.least_squares`` does: ``ftol`` (relative cost decrease of an accepted step with a
+``trust_region``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")`` without bounds, step
+for step (scaling ``D`` = the largest column norms of ``J`` met so far; radius update; Moré's
+iteration for the Levenberg–Marquardt parameter ``α`` of the step on the trust region's boundary,
+``scipy.optimize._lsq.common.solve_lsq_trust_region``), with each ``α`` solved on the normal
+equations instead of an SVD of ``J``. It stops as scipy does: ``ftol`` (relative cost decrease with a
 gain ratio above 1/4), ``xtol`` (step norm against the unknowns' norm), ``gtol`` (largest gradient
 entry), or after ``max_evaluations`` passes.
 """
