@@ -414,7 +414,6 @@ _GOOD = _BASE + _link("a") + _joint("j", "base", "a")
         (_BASE + _link("a") + _joint("j", "base", "a", kind="floating"), ["joint 'j'", "'floating'", "fixed_joints"]),
         (_BASE + _link("a") + _joint("j", "base", "a", kind="planar"), ["joint 'j'", "'planar'"]),
         (_BASE + _link("a") + _joint("j", "base", "a", kind="ball"), ["unknown joint type 'ball'"]),
-        (_BASE + _link("a", mass=-1.0) + _joint("j", "base", "a"), ["link 'a' <inertial> <mass>", "negative"]),
         (_BASE + _link("a") + _joint("j", "base", "a", axis="0 0 0"), ["joint 'j' <axis>", "zero"]),
         (_BASE + _link("a") + _joint("j", "base", "a", axis="0 x 1"), ["joint 'j' <axis>", "xyz="]),
         (_BASE + _link("a") + _joint("j", "base", "c"), ["joint 'j' <child>", "'c' is not defined"]),
@@ -439,6 +438,18 @@ def test_parser_errors_are_one_line_and_name_the_file_and_element(tmp_path, body
     assert "\n" not in message and message.startswith(str(path)), message
     for word in words:
         assert word in message, (word, message)
+
+
+def test_a_negative_mass_is_read_with_a_warning(tmp_path):
+    """A reference may be an identified set that no rigid body has: read as given, warned in one line."""
+    from jaxid.model.urdf import UrdfWarning
+
+    path = _urdf(tmp_path, _BASE + _link("a", mass=-1.0) + _joint("j", "base", "a"))
+    with pytest.warns(UrdfWarning) as record:
+        chain = parse_urdf(path)
+    messages = [str(w.message) for w in record if issubclass(w.category, UrdfWarning)]
+    assert any("link 'a'" in m and "mass" in m and "\n" not in m for m in messages), messages
+    assert float(np.asarray(chain.inertial)[0, 0]) == -1.0
 
 
 def test_panda_hand_branches_unless_the_fingers_are_locked():
