@@ -244,7 +244,13 @@ def choose_cutoff(
     if flt["cutoff_hz"] != "auto":
         return float(flt["cutoff_hz"]), float(f_exc), [], drive
     folds = training_folds(train_logs)
-    evaluated = [list(filter_all(dict(fold), band, flt).values()) for fold in folds]
+    try:
+        evaluated = [list(filter_all(dict(fold), band, flt).values()) for fold in folds]
+    except ValueError as err:
+        raise config_error(
+            f"automatic cut-off: the halves of the training runs are too short for the evaluation filter ({err}); "
+            "set filter.cutoff_hz [Hz] or train on longer runs."
+        ) from None
     regression = regression_model(model)
     estimator = IdimLS(**config.estimator_options("idim_ls"))
 

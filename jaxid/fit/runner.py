@@ -247,7 +247,12 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             diagnostics[what] = _reason(err)
             return default
 
-    headline, default_table = _default_estimator(config, train_raw, model, estimates, cutoff, flt, val)
+    fallback = val["headline"] if val["headline"] in estimates else "idim_ls"
+    headline, default_table = attempt(
+        "default_estimate",
+        lambda: _default_estimator(config, train_raw, model, estimates, cutoff, flt, val),
+        (fallback, []),
+    )
     jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
     params = parameters_table(estimates, model, jackknife)
     thetas = {k: np.asarray(v.value) for k, v in estimates.items()}
