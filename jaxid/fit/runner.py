@@ -21,7 +21,7 @@ from .checks import (
     nominal_warnings,
     validation_warnings,
 )
-from .config import FitConfig, config_error
+from .config import FitConfig
 from .cutoff import choose_cutoff, filter_all, load_logs
 from .export import export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
@@ -195,12 +195,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         raise FitExists(f"{out} already holds a fit; pass --overwrite to replace it.")
     started = time.time()
     model = build_model(config)
-    logs = load_logs(config, config.train + config.test)
-    steps = {round(log.sample_step, 12) for log in logs.values()}
-    if len(steps) > 1:
-        raise config_error(
-            f"the logs resample to different steps {sorted(steps)}; set log.sample_step so that all share one grid."
-        )
+    logs = load_logs(config, config.train + config.test)  # one grid for all (load_logs)
     flt = config.section("filter")
     val = config.section("validation")
     horizons = [float(h) for h in val["horizons_s"]]
