@@ -11,10 +11,19 @@ is recorded and the next one still runs; the JSON is rewritten after every stage
    ``max_call`` trajectories), skipping sizes predicted not to fit the stage's time.
 3. ``study``: a Gaussian-noise study (``equation_error`` + ``ml``) through ``run_experiment``;
    a run cut short by the time limit reports the chunks it finished.
+4. ``nbench``: the N-joint benchmark, ``experiments/benchmark_panda.toml``'s ``consistency_rich``
+   setting (seven joints, 69 base parameters): ``make_plan`` (the closed loop compiled at the
+   chunk's width), ``simulate_trials`` up to 10^4 trials in calls of 5000, then the benchmark's
+   estimators (IDIM-LS, RLS, consistent LS, IDIM-IV through ``run_estimators``, the runner's path)
+   on the first chunk's trials until the stage's time is spent: trials done, seconds, trials per
+   second, statuses, RMSE against the Cramér–Rao bound. Figures are saved after every call, so a
+   stage cut short by its limit reports what it finished.
 
-    python scripts/gpu_check.py --out gpu_check.json [--cpu] [--budget 360]
+    python scripts/gpu_check.py --out gpu_check.json [--cpu] [--budget 540]
 
-``--cpu`` forces the CPU platform with small sizes (what the test runs).
+``--cpu`` forces the CPU platform with small sizes (what the test runs; the N-joint stage: 4
+trials of a 4-s, 3-harmonic reference on the shipped two-link URDF, IDIM-LS and RLS, chunks of 2;
+``--nbench-arm panda`` keeps the Panda, about a minute of CPU more).
 """
 
 from __future__ import annotations
@@ -44,7 +53,12 @@ SIZES = {
         study_trials=100_000,
         study_levels=(0.003, 0.03),
         study_chunk=25_000,
-        caps=dict(device=70, simulate=140, study=140),
+        nbench_arm="panda",
+        nbench_trials=10_000,
+        nbench_chunk=5_000,
+        nbench_overrides={},
+        nbench_estimators=("idim_ls", "rls", "idim_ls_consistent", "idim_iv"),
+        caps=dict(device=70, simulate=130, study=130, nbench=190),
     ),
     "cpu": dict(
         ref_trials=2,
@@ -57,7 +71,12 @@ SIZES = {
         study_levels=(0.01,),
         study_chunk=100,
         study_simulator="linear",
-        caps=dict(device=60, simulate=60, study=60),
+        nbench_arm="two_link",
+        nbench_trials=4,
+        nbench_chunk=2,
+        nbench_overrides=dict(period=4.0, harmonics=3),  # test_benchmark's shapes: shared compiles
+        nbench_estimators=("idim_ls", "rls"),
+        caps=dict(device=60, simulate=50, study=60, nbench=60),
     ),
 }
 
@@ -289,6 +308,164 @@ def study_summary(run_dir: Path) -> dict:
     return out
 
 
+# -- stage 4: the N-joint benchmark (Panda) ----------------------------------------------------
+
+NBENCH_CONFIG = REPO / "experiments" / "benchmark_panda.toml"
+NBENCH_SETTING = "consistency_rich"
+#: ``--nbench-arm two_link`` (the ``--cpu`` default, a test-sized compile): the same setting on the
+#: shipped planar two-link URDF, the Panda's per-joint friction replaced by two-joint values.
+TWO_LINK = dict(urdf=str(REPO / "data" / "robots" / "two_link.urdf"))
+TWO_LINK_DEFAULTS = dict(true_viscous=[0.5, 0.5], true_coulomb=[1.0, 1.0], torque_std=0.02)
+
+
+def nbench_experiment(size: dict, arm: str = "panda"):
+    """``benchmark_panda.toml``'s ``consistency_rich`` setting at this mode's trials, chunk and
+    estimators (on the two-link arm with ``arm="two_link"``)."""
+    import copy
+
+    from jaxid.benchmark import parse_benchmark
+    from jaxid.config import read_toml
+
+    raw = copy.deepcopy(read_toml(NBENCH_CONFIG))
+    if arm == "two_link":
+        raw["arm"] = dict(TWO_LINK)
+        raw["defaults"].update(TWO_LINK_DEFAULTS)
+    raw["experiment"].update(name="gpu_check_nbench", trials=size["nbench_trials"], chunk=size["nbench_chunk"])
+    raw["experiment"].pop("full_trials", None)
+    raw["settings"] = {NBENCH_SETTING: raw["settings"][NBENCH_SETTING]}
+    raw["defaults"].update(size["nbench_overrides"])
+    raw["defaults"].update(estimators=list(size["nbench_estimators"]), estimator_trials={})
+    return parse_benchmark(raw, source=str(NBENCH_CONFIG))
+
+
+def nbench_estimator_summary(rows: list[dict], plan) -> dict:
+    """Per estimator: trials, statuses, seconds (the first trial holds the compiles), and on the trials
+    with status ok the RMSE of every base parameter against the Cramér–Rao bound (median and max of
+    the ratio over parameters), the 95 % interval coverage and the held-out torque RMSE."""
+    import numpy as np
+    import pandas as pd
+
+    if not rows:
+        return {}
+    df = pd.DataFrame(rows)
+    bound = np.sqrt(np.diag(plan.crlb))
+    out = {}
+    for name, g in df.groupby("estimator", sort=False):
+        per_trial = g.groupby("trial", sort=True).first()
+        seconds = per_trial["seconds"].to_numpy()
+        e: dict = {
+            "trials": int(len(per_trial)),
+            "statuses": {str(k): int(v) for k, v in per_trial["status"].value_counts().items()},
+            "seconds": float(seconds.sum()),
+            "cpu_seconds": float(per_trial["cpu_seconds"].sum()),
+            "first_trial_s": float(seconds[0]),
+        }
+        if len(seconds) > 1:
+            e["trials_per_s_after_first"] = float((len(seconds) - 1) / max(seconds[1:].sum(), 1e-9))
+        ok = g[g["status"] == "ok"]
+        if len(ok):
+            err = (ok["estimate"] - ok["truth"]).to_numpy().reshape(-1, len(plan.names))
+            std = ok["std"].to_numpy().reshape(-1, len(plan.names))
+            rmse = np.sqrt(np.mean(err**2, axis=0))
+            e["ok_trials"] = int(err.shape[0])
+            e["rmse"] = dict(zip(plan.names, rmse.tolist(), strict=True))
+            if np.all(np.isfinite(bound)) and np.all(bound > 0):
+                ratio = rmse / bound
+                e["rmse_over_bound_median"] = float(np.median(ratio))
+                e["rmse_over_bound_max"] = float(np.max(ratio))
+            e["coverage_95"] = float(np.mean(np.abs(err) <= 1.96 * std))
+            e["heldout_rmse_median"] = float(ok.groupby("trial")["heldout_rmse"].first().median())
+        out[name] = e
+    return out
+
+
+def stage_nbench(size: dict, budget: float, save, arm: str = "panda") -> dict:
+    """make_plan, then ``simulate_trials`` in calls of ``chunk`` trials up to ``nbench_trials`` (each
+    call timed; the plan compiles the loop at that width), then the benchmark's estimators
+    (``run_estimators``, the runner's path) on the first chunk's trials until the time is spent."""
+    jax = _enable_x64()
+    import numpy as np
+
+    from jaxid.benchmark import trial as bench
+    from jaxid.types import Status
+
+    t_stage = time.perf_counter()
+    deadline = t_stage + budget - max(5.0, 0.05 * budget)  # time to write the figures
+    exp = nbench_experiment(size, arm)
+    s = exp.settings[0]
+    out: dict = {
+        "config": str(NBENCH_CONFIG.relative_to(REPO)),
+        "arm": arm,
+        "setting": s.name,
+        "trials_requested": s.trials,
+        "period_s": s["period"],
+        "sample_step_s": s["sample_step"],
+        "harmonics": s["harmonics"],
+        "estimator_names": list(s["estimators"]),
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "device_kind": jax.devices()[0].device_kind,
+        "devices": len(jax.devices()),
+    }
+    save(out)
+    t0, c0 = time.perf_counter(), time.process_time()
+    plan = bench.make_plan(exp, s)
+    # The plan holds the closed loop's compile (at the chunk's width) and two noise-free chunk runs.
+    out.update(plan_s=time.perf_counter() - t0, plan_cpu_s=time.process_time() - c0, chunk=plan.width)
+    out.update(parameters=len(plan.names), condition=plan.info.get("condition"))
+    out["trajectory_diverged"] = plan.info.get("trajectory_diverged")
+    save(out)
+
+    # Closed-loop simulation, chunk by chunk (one compiled program, already compiled by the plan).
+    sim = {"calls": [], "trials": 0, "seconds": 0.0, "cpu_seconds": 0.0, "statuses": {}}
+    out["simulate"] = sim
+    first_run = None
+    sim_deadline = t_stage + 0.6 * (deadline - t_stage)  # the rest for the estimators
+    for start in range(0, s.trials, plan.width):
+        if sim["calls"] and time.perf_counter() + sim["calls"][-1]["seconds"] > sim_deadline:
+            break
+        trials = np.arange(start, min(start + plan.width, s.trials))
+        t0, c0 = time.perf_counter(), time.process_time()
+        run = bench.simulate_trials(plan, trials)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        sim["calls"].append({"trials": len(trials), "seconds": seconds, "cpu_seconds": cpu})
+        sim["trials"] += len(trials)
+        sim["seconds"] += seconds
+        sim["cpu_seconds"] += cpu
+        for code, count in zip(*np.unique(run["status"], return_counts=True), strict=True):
+            label = Status.label(code)
+            sim["statuses"][label] = sim["statuses"].get(label, 0) + int(count)
+        sim["trials_per_s"] = sim["trials"] / sim["seconds"]
+        if first_run is None:
+            first_run = run  # the estimators' trials; later chunks are only timed
+        del run
+        save(out)
+
+    # The estimators as the benchmark runs them, trial by trial on the first chunk, until the deadline.
+    est = {"trials_done": 0, "wall_s": 0.0, "cpu_s": 0.0, "trial_seconds": []}
+    out["estimators"] = est
+    rows: list[dict] = []
+    t_est, c_est = time.perf_counter(), time.process_time()
+    for k in range(len(first_run["status"]) if first_run is not None else 0):
+        last = est["trial_seconds"][-1] if est["trial_seconds"] else 0.0
+        if est["trials_done"] and time.perf_counter() + last > deadline:
+            break
+        t0 = time.perf_counter()
+        rows.extend(bench.run_estimators(plan, first_run, k, k))
+        est["trial_seconds"].append(time.perf_counter() - t0)
+        est["trials_done"] += 1
+        est["wall_s"] = time.perf_counter() - t_est
+        est["cpu_s"] = time.process_time() - c_est
+        if est["trials_done"] > 1:  # the first trial holds the estimators' compiles
+            est["trials_per_s_after_first"] = (est["trials_done"] - 1) / sum(est["trial_seconds"][1:])
+        est["per_estimator"] = nbench_estimator_summary(rows, plan)
+        save(out)
+    out["heldout_truth_rmse"] = plan.heldout_truth
+    out["wall_s"] = time.perf_counter() - t_stage
+    out["load_average"] = os.getloadavg()
+    return out
+
+
 # -- orchestration -----------------------------------------------------------------------------
 
 
@@ -296,6 +473,7 @@ def _run_stage(name: str, args, limit: float, work: Path) -> dict:
     part = work / f"{name}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--part", str(part), "--work", str(work)]
     cmd += ["--budget", str(limit)] + (["--cpu"] if args.cpu else [])
+    cmd += ["--nbench-arm", args.nbench_arm] if args.nbench_arm else []
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, start_new_session=True)
     status = "ok"
@@ -339,6 +517,20 @@ def _headline(report: dict) -> dict:
     for k in ("trials_done", "complete", "wall_s", "trials_per_s"):
         if k in study:
             h[f"study_{k}"] = study[k]
+    nb = report.get("nbench", {})
+    for k in ("plan_s", "chunk"):
+        if k in nb:
+            h[f"nbench_{k}"] = nb[k]
+    for k in ("trials", "trials_per_s", "statuses"):
+        if k in nb.get("simulate", {}):
+            h[f"nbench_simulate_{k}"] = nb["simulate"][k]
+    for k in ("trials_done", "trials_per_s_after_first"):
+        if k in nb.get("estimators", {}):
+            h[f"nbench_estimators_{k}"] = nb["estimators"][k]
+    for name, e in nb.get("estimators", {}).get("per_estimator", {}).items():
+        for k in ("statuses", "rmse_over_bound_median"):
+            if k in e:
+                h[f"nbench_{name}_{k}"] = e[k]
     return h
 
 
@@ -366,7 +558,7 @@ def orchestrate(args) -> int:
         os.replace(tmp, out_path)
 
     save()
-    order = ["device", "simulate", "study"]
+    order = ["device", "simulate", "study", "nbench"]
     caps = size["caps"]
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         work = Path(tmp)
@@ -402,6 +594,9 @@ def run_one_stage(args) -> int:
             result = stage_device(size, lambda partial: part.write_text(json.dumps(partial, default=str)))
         elif args.stage == "simulate":
             result = stage_simulate(size, args.budget, part, platform)
+        elif args.stage == "nbench":
+            save = lambda partial: part.write_text(json.dumps(partial, default=str))  # noqa: E731
+            result = stage_nbench(size, args.budget, save, args.nbench_arm or size["nbench_arm"])
         else:
             result = stage_study(size, Path(args.work) / "study_run")
     except Exception as err:
@@ -413,16 +608,22 @@ def run_one_stage(args) -> int:
     return 1 if "error" in result else 0
 
 
-SIZES["gpu"]["default_budget"] = 360.0
-SIZES["cpu"]["default_budget"] = 150.0
+SIZES["gpu"]["default_budget"] = 540.0
+SIZES["cpu"]["default_budget"] = 240.0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="the JSON to write (default: $OUT/gpu_check.json or ./gpu_check.json)")
     ap.add_argument("--cpu", action="store_true", help="force the CPU platform, small sizes")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for all stages (default 360; --cpu 150)")
-    ap.add_argument("--stage", choices=["device", "simulate", "study"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--budget", type=float, default=None, help="seconds for all stages (default 540; --cpu 240)")
+    ap.add_argument(
+        "--nbench-arm",
+        choices=["panda", "two_link"],
+        default=None,
+        help="arm of the N-joint stage (default: panda; --cpu: two_link, test-sized)",
+    )
+    ap.add_argument("--stage", choices=["device", "simulate", "study", "nbench"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
