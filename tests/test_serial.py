@@ -391,7 +391,7 @@ def test_a_fixed_child_merges_by_the_parallel_axis_theorem(tmp_path):
         + _joint("f", "a", "b", kind="fixed", xyz="0.2 -0.1 0.4", rpy=rpy)
     )
     chain = parse_urdf(_urdf(tmp_path, body))
-    from jaxid.model.urdf import rpy_matrix
+    from jaxid.model.urdf_xml import rpy_matrix
 
     def about_origin(m, c, tensor):
         return m, m * c, tensor + m * (c @ c * np.eye(3) - np.outer(c, c))

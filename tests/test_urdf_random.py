@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 from _mujoco_api import dense_inertia, mujoco
 
-from jaxid.model.urdf import UrdfWarning, load_arm, parse_urdf, rpy_matrix
+from jaxid.model.urdf import UrdfWarning, load_arm, parse_urdf
+from jaxid.model.urdf_xml import rpy_matrix
 
 STATES = 4  # random states per arm
 SEEDS = range(12)
