@@ -71,15 +71,9 @@ from .types import Status, require_float64
 
 __version__ = "0.1.0"
 from .benchmark import Benchmark, base_parameter_crlb, load_benchmark, run_benchmark
-from .closed_loop import (
-    ClosedLoopRecord,
-    ComputedTorque,
-    MeasurementNoise,
-    OpenLoop,
-    PDController,
-    simulate_closed_loop,
-    simulate_closed_loop_batch,
-)
+from .closed_loop import simulate_closed_loop
+from .closed_loop_batch import simulate_closed_loop_batch
+from .closed_loop_record import ClosedLoopRecord, MeasurementNoise
 from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
 from .consistency import (
     ConsistentEstimate,
@@ -89,6 +83,7 @@ from .consistency import (
     project_to_consistent,
     pseudo_inertia,
 )
+from .controllers import ComputedTorque, OpenLoop, PDController
 from .crlb import (
     cramer_rao_bound,
     fisher_information,

@@ -8,7 +8,7 @@ nominal model's feed-forward at 10 Hz, zero-order hold at Δ = 2 ms with one RK4
 velocity and torque noise from the trial's key, a 10-Hz zero-phase filter, IDIM-LS on the 58 base
 parameters). Both sides take from ``make_plan``: the arm's numbers (inertial parameters, armature,
 friction, Coulomb slope), the reference's coefficients, the controller gains, the base columns, and
-the trial's noise (drawn by ``jaxid.closed_loop.measurement_noise`` from the trial's key, outside the
+the trial's noise (drawn by ``jaxid.closed_loop_record.measurement_noise`` from the trial's key, outside the
 numpy timing: the three normal draws a numpy user would make cost about 0.3 ms a trial, reported).
 
 - **jaxid** (as the benchmark runs it): ``simulate_trials`` on a batch of ``--batch`` trials in one
@@ -258,7 +258,7 @@ def main(argv=None) -> dict:
 
     from jaxid.benchmark import load_benchmark, make_plan
     from jaxid.benchmark.trial import _filtered, simulate_trials
-    from jaxid.closed_loop import measurement_noise
+    from jaxid.closed_loop_record import measurement_noise
     from jaxid.identification import idim_ls
     from jaxid.study.sampling import trial_key
     from jaxid.types import Status

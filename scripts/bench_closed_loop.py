@@ -109,7 +109,9 @@ def main(argv=None):
     import numpy as np
 
     import jaxid
-    from jaxid.closed_loop import OpenLoop, PDController, simulate_closed_loop, simulate_closed_loop_batch
+    from jaxid.closed_loop import simulate_closed_loop
+    from jaxid.closed_loop_batch import simulate_closed_loop_batch
+    from jaxid.controllers import OpenLoop, PDController
     from jaxid.model.urdf import load_arm
     from jaxid.reference import random_fourier_trajectory
 

@@ -3,7 +3,7 @@
 ``jaxid.batch.CPU_COMPILER_OPTIONS`` compiled the two-link batch runner with
 ``xla_cpu_prefer_vector_width=512``. An N-joint open-loop batch compiled with it once returned
 non-finite or diverged states in one SIMD lane of a chunk in some runs (see the comment at
-``jaxid.closed_loop._runner``). This script runs each check in repeated fresh processes (every run
+``jaxid.closed_loop_batch._runner``). This script runs each check in repeated fresh processes (every run
 compiles anew: no compilation cache) and compares every run bitwise against a reference run:
 
 - ``two_link``: ``jaxid.simulate_batch`` on a study batch: Table 1 arms with masses, inertias and
@@ -151,13 +151,13 @@ def child_two_link(args):
 
 
 def _rebuilt_runner(compiler_options: dict | None, unrolled: bool):
-    """``jaxid.closed_loop._runner`` rebuilt with ``compiler_options`` and the chosen dynamics path."""
+    """``jaxid.closed_loop_batch._runner`` rebuilt with ``compiler_options`` and the chosen dynamics path."""
     import functools
 
     import jax
     import numpy as np
 
-    from jaxid import closed_loop
+    from jaxid import closed_loop_kernel
 
     @functools.lru_cache(maxsize=8)
     def runner(static_items, ndev, chunk, noisy):
@@ -166,7 +166,7 @@ def _rebuilt_runner(compiler_options: dict | None, unrolled: bool):
         def local(arms, keys, initial_states, reference, controller, noise, limits):
             def one(trial):
                 arm, key, y0 = trial
-                return closed_loop._closed_loop(
+                return closed_loop_kernel._closed_loop(
                     arm, reference, controller, noise, limits, key if noisy else None, y0, unrolled=unrolled, **static
                 )
 
@@ -200,7 +200,8 @@ def closed_loop_inputs(args, path: str) -> None:
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    from jaxid.closed_loop import PDController, simulate_closed_loop
+    from jaxid.closed_loop import simulate_closed_loop
+    from jaxid.controllers import PDController
     from jaxid.reference import random_fourier_trajectory
 
     arm = _panda()
@@ -221,15 +222,16 @@ def child_closed_loop(args):
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    from jaxid import closed_loop
-    from jaxid.closed_loop import OpenLoop, simulate_closed_loop_batch
+    from jaxid import closed_loop_batch
+    from jaxid.closed_loop_batch import simulate_closed_loop_batch
+    from jaxid.controllers import OpenLoop
     from jaxid.reference import random_fourier_trajectory
 
     inputs = np.load(args.inputs)
     unrolled = args.closed_path == "fast"
     options = {WIDTH: "512"} if args.variant == "512" else None
     if options or not unrolled:
-        closed_loop._runner = _rebuilt_runner(options, unrolled)
+        closed_loop_batch._runner = _rebuilt_runner(options, unrolled)
     arm = _panda()
     reference = random_fourier_trajectory(arm, 5, 10.0, key=jax.random.key(args.seed))
     controller = OpenLoop(inputs["torques"], 1e-3)

@@ -14,7 +14,9 @@ import pytest
 pytest.importorskip("pinocchio")
 
 from jaxid import load_arm  # noqa: E402
-from jaxid.closed_loop import MeasurementNoise, PDController, measurement_noise, simulate_closed_loop
+from jaxid.closed_loop import simulate_closed_loop
+from jaxid.closed_loop_record import MeasurementNoise, measurement_noise
+from jaxid.controllers import PDController
 from jaxid.reference import FourierTrajectory
 
 REPO = Path(__file__).resolve().parent.parent

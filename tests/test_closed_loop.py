@@ -25,15 +25,10 @@ import numpy as np
 import pytest
 from _typecheck import package_errors
 
-from jaxid.closed_loop import (
-    ComputedTorque,
-    MeasurementNoise,
-    OpenLoop,
-    PDController,
-    measurement_noise,
-    simulate_closed_loop,
-    simulate_closed_loop_batch,
-)
+from jaxid.closed_loop import simulate_closed_loop
+from jaxid.closed_loop_batch import simulate_closed_loop_batch
+from jaxid.closed_loop_record import MeasurementNoise, measurement_noise
+from jaxid.controllers import ComputedTorque, OpenLoop, PDController
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
 from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory

@@ -16,14 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.closed_loop import (
-    ComputedTorque,
-    MeasurementNoise,
-    PDController,
-    _closed_loop,
-    fast_path,
-    simulate_closed_loop,
-)
+from jaxid.closed_loop import simulate_closed_loop
+from jaxid.closed_loop_kernel import _closed_loop, fast_path
+from jaxid.closed_loop_record import MeasurementNoise
+from jaxid.controllers import ComputedTorque, PDController
 from jaxid.model import arm_preset, unrolled
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
