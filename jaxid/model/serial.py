@@ -33,11 +33,14 @@ geometry recompiles); the inertial parameters, friction, armature, offsets and g
 leaves (traced, batched, differentiated; a sweep over them compiles once). Loops over joints are
 Python loops unrolled at trace time (``n`` is static); batches are ``vmap``-ped (``jnp.vectorize``),
 never looped. Small solves use ``jaxid.linalg`` (no LAPACK call, see ``docs/lapack-deadlock.md``).
+
+This module holds the class (fields, checks, names and parameter access, the dynamics methods); the
+per-state kernels the methods evaluate, and their batching, are ``jaxid.model.serial_dynamics``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -45,15 +48,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ..linalg import cholesky, solve_triangular
-from ..types import compiled_when_concrete, require_float64
+from ..types import require_float64
 from .interface import AbstractArm
 from .parameters import DEFAULT_COULOMB_SLOPE, GRAVITY, validate_unknowns
-from .spatial import Joint, crba, joint_constants, rnea, rnea_regressor
+from .serial_dynamics import _TWO_OVER_PI, SinCos, _evaluate
 
 __all__ = ["SerialArm", "LINK_PARAMETERS", "JOINT_PARAMETERS", "serial_standard_names"]
-
-SinCos = Callable[[Array], tuple[Array, Array]]
 
 #: The 10 standard parameters of a link about its frame origin (suffixed with the link number).
 LINK_PARAMETERS: tuple[str, ...] = ("m", "mx", "my", "mz", "Ixx", "Ixy", "Ixz", "Iyy", "Iyz", "Izz")
@@ -61,8 +61,6 @@ LINK_PARAMETERS: tuple[str, ...] = ("m", "mx", "my", "mz", "Ixx", "Ixy", "Ixz", 
 JOINT_PARAMETERS: tuple[str, ...] = ("Ia", "fv", "fc", "off")
 
 JOINT_TYPES = ("revolute", "prismatic")
-
-_TWO_OVER_PI = 2 / np.pi
 
 
 def serial_standard_names(dof: int) -> tuple[str, ...]:
@@ -372,97 +370,9 @@ class SerialArm(AbstractArm):
             raise ValueError(f"{name} must have a trailing axis of length {self.dof} (one per joint), got {arr.shape}.")
         return arr
 
-    def _joints(self) -> list[Joint]:
-        return [
-            joint_constants(*geometry)
-            for geometry in zip(
-                self.joint_types, self.axes, self.parent_rotations, self.parent_translations, strict=True
-            )
-        ]
-
-    def _transforms(self, q: Array, sincos: SinCos | None) -> tuple[list[Joint], list[Array]]:
-        """The joint constants and each link's motion transform ``X_i(q)`` (6×6) from its parent."""
-        joints = self._joints()
-        s, c = (jnp.sin(q), jnp.cos(q)) if sincos is None else sincos(q)
-        xs = [j.x0 + c[i] * j.xc + s[i] * j.xs if j.revolute else j.x0 + q[i] * j.xc for i, j in enumerate(joints)]
-        return joints, xs
-
-    def _friction(self, viscous: Array, coulomb: Array, qd: Array) -> Array:
-        return viscous * qd + coulomb * _TWO_OVER_PI * jnp.arctan(self.coulomb_slope * qd)
-
-    # Cores: one arm, one state (unbatched); ``_evaluate`` broadcasts and vmaps them.
-    def _core_inverse(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, qdd, sincos=None):
-        joints, xs = self._transforms(q, sincos)
-        rigid = rnea(joints, xs, inertial, gravity, qd, qdd)
-        return rigid + armature * qdd + self._friction(viscous, coulomb, qd) + offset
-
-    def _core_forward(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, tau, sincos=None):
-        joints, xs = self._transforms(q, sincos)
-        mass = crba(joints, xs, inertial) + jnp.diag(armature)
-        bias = rnea(joints, xs, inertial, gravity, qd, None)
-        rhs = tau - offset - bias - self._friction(viscous, coulomb, qd)
-        lower = cholesky(mass)
-        return solve_triangular(lower.T, solve_triangular(lower, rhs, lower=True), lower=False)
-
-    def _core_mass(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
-        joints, xs = self._transforms(q, sincos)
-        return crba(joints, xs, inertial) + jnp.diag(armature)
-
-    def _core_bias(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, sincos=None):
-        return rnea(*self._transforms(q, sincos), inertial, gravity, qd, None)
-
-    def _core_coriolis(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, sincos=None):
-        return rnea(*self._transforms(q, sincos), inertial, jnp.zeros(3), qd, None)
-
-    def _core_gravity(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
-        return rnea(*self._transforms(q, sincos), inertial, gravity, None, None)
-
-    def _core_potential(self, inertial, viscous, coulomb, armature, offset, gravity, q, sincos=None):
-        s, c = (jnp.sin(q), jnp.cos(q)) if sincos is None else sincos(q)
-        pose = jnp.eye(4)
-        weighted = jnp.zeros(4)
-        for i, j in enumerate(self._joints()):
-            pose = pose @ (j.t0 + c[i] * j.tc + s[i] * j.ts if j.revolute else j.t0 + q[i] * j.tc)
-            # T_i (h_i, m_i) = (R_i h_i + m_i p_i, m_i): the first moment in base coordinates.
-            weighted = weighted + pose @ jnp.concatenate([inertial[i, 1:4], inertial[i, :1]])
-        return -gravity @ weighted[:3]
-
-    def _core_regressor(self, inertial, viscous, coulomb, armature, offset, gravity, q, qd, qdd, sincos=None):
-        # The rigid part by the regressor recursion (spatial.rnea_regressor); the joint terms are
-        # diagonal: armature q'', viscous q', Coulomb (2/π) atan(slope q'), offset 1.
-        n = self.dof
-        joints, xs = self._transforms(q, sincos)
-        eye = jnp.eye(n)
-        sign = self._friction(jnp.zeros(n), jnp.ones(n), qd)
-        rigid = rnea_regressor(joints, xs, gravity, qd, qdd)
-        return jnp.concatenate([rigid, eye * qdd, eye * qd, eye * sign, eye], axis=1)
-
 
 def _split(theta: Array, n: int) -> tuple[Array, Array, Array, Array, Array]:
     """Standard vector ``(..., 14 n)`` → inertial ``(..., n, 10)``, armature, viscous, Coulomb, offset."""
     link = theta[..., : 10 * n].reshape(*theta.shape[:-1], n, 10)
     rest = [theta[..., 10 * n + k * n : 10 * n + (k + 1) * n] for k in range(4)]
     return (link, *rest)
-
-
-_SIGNATURES = {
-    "inverse": ("(n),(n),(n)", "(n)"),
-    "forward": ("(n),(n),(n)", "(n)"),
-    "mass": ("(n)", "(n,n)"),
-    "bias": ("(n),(n)", "(n)"),
-    "coriolis": ("(n),(n)", "(n)"),
-    "gravity": ("(n)", "(n)"),
-    "potential": ("(n)", "()"),
-    "regressor": ("(n),(n),(n)", "(n,s)"),
-}
-
-
-@compiled_when_concrete
-def _evaluate(arm: SerialArm, kind: str, sincos: SinCos | None, *states: Array) -> Array:
-    """``arm._core_<kind>`` broadcast over the batch axes of the arm's leaves and the states (vmap);
-    one compiled program per arm structure and shapes on concrete inputs."""
-    states_signature, out = _SIGNATURES[kind]
-    signature = f"(n,t),(n),(n),(n),(n),(d),{states_signature}->{out}"
-    core = getattr(arm, f"_core_{kind}")
-    leaves = (arm.inertial, arm.viscous, arm.coulomb, arm.armature, arm.offset, arm.gravity)
-    return jnp.vectorize(lambda *args: core(*args, sincos=sincos), signature=signature)(*leaves, *states)
