@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .log_formats import LOG_SUFFIXES, LogTable, check_torque_gain, read_log_table, read_table
+from .log_formats import LOG_SUFFIXES, check_torque_gain, read_log_table
+from .table_logs import LogTable, read_table
 from .types import check_samples
 
 __all__ = ["MeasuredLog", "load_log", "read_table", "check_joint_samples", "ANGLE_COLUMNS", "TORQUE_COLUMNS"]

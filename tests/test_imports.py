@@ -35,6 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "measurement",
         "spectrum",
         "derivatives",
+        "table_logs",
+        "rosbag_logs",
         "log_formats",
         "logs",
         "filters",
