@@ -163,10 +163,9 @@ from .report import summarise, write_tables
 from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
 from .study import RunExists
-from .trajectory_design import (
-    TrajectoryDesign,
+from .trajectory_design import TrajectoryDesign, design_trajectory
+from .trajectory_information import (
     base_parameter_bound,
-    design_trajectory,
     parameter_magnitudes,
     regressor_condition,
     relative_bound_trace,

@@ -115,10 +115,10 @@ def main(argv=None) -> int:
     from jaxid.model.base_parameters import base_parameters
     from jaxid.model.urdf import load_arm
     from jaxid.reference import check_limits, joint_limits, random_fourier_trajectory
-    from jaxid.trajectory_design import (
+    from jaxid.trajectory_design import design_trajectory
+    from jaxid.trajectory_information import (
         base_parameter_bound,
         design_regressor,
-        design_trajectory,
         parameter_magnitudes,
         regressor_condition,
         relative_bound_trace,

@@ -193,8 +193,8 @@ def test_crlb_matches_the_spread_of_idim_ls_on_exact_states():
     corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
     np.testing.assert_allclose(corr(empirical), corr(bound), atol=0.05)
     assert np.isnan(base_parameter_crlb(w, [0.0, 0.02])).all()  # no noise on a joint: no yardstick
-    # The same bound by jaxid.trajectory_design from the trajectory itself (its equally spaced samples).
-    from jaxid.trajectory_design import base_parameter_bound
+    # The same bound by jaxid.trajectory_information from the trajectory itself (its equally spaced samples).
+    from jaxid.trajectory_information import base_parameter_bound
 
     designed = base_parameter_bound(arm, base, traj, noise_std=jnp.asarray(sigma), samples=400)
     np.testing.assert_allclose(np.asarray(designed), bound, rtol=1e-7, atol=1e-12 * np.abs(bound).max())

@@ -16,10 +16,10 @@ import pytest
 from jaxid.model.base_parameters import base_parameters
 from jaxid.model.urdf import load_arm
 from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
-from jaxid.trajectory_design import (
+from jaxid.trajectory_design import design_trajectory
+from jaxid.trajectory_information import (
     DEFAULT_FLOORS,
     base_parameter_bound,
-    design_trajectory,
     information_matrix,
     parameter_magnitudes,
     regressor_condition,
