@@ -74,7 +74,8 @@ from .benchmark import Benchmark, base_parameter_crlb, load_benchmark, run_bench
 from .closed_loop import simulate_closed_loop
 from .closed_loop_batch import simulate_closed_loop_batch
 from .closed_loop_record import ClosedLoopRecord, MeasurementNoise
-from .config import ConfigError, Experiment, Setting, load_experiment, parse_experiment
+from .config import load_experiment, parse_experiment
+from .config_common import ConfigError, Experiment, Setting
 from .consistency import (
     ConsistentEstimate,
     consistent_least_squares,

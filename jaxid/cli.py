@@ -77,7 +77,7 @@ def cmd_run(args) -> int:
         print(f"jaxid run: error: {error}", file=sys.stderr)
         return 2
     _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
-    from .config import ConfigError
+    from .config_common import ConfigError
     from .experiment import load_config, run_experiment
     from .study import RunExists
 
@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
 
 def cmd_report(args) -> int:
     from .benchmark.report import is_benchmark_run, make_benchmark_figures, write_benchmark_tables
-    from .config import ConfigError
+    from .config_common import ConfigError
     from .plots import make_figures
     from .report import markdown_table, write_tables
     from .study import check_run_dir
@@ -160,7 +160,7 @@ def cmd_fit(args) -> int:
     _setup_jax(1)
     import warnings
 
-    from .config import ConfigError
+    from .config_common import ConfigError
     from .fit import FitExists, load_fit_config, run_fit
 
     try:

@@ -13,28 +13,24 @@ allowed values. The ``[arm]`` table is read by ``resolve_description`` when the 
 (a ``parameters`` file in it is relative to the experiment file): with it, ``model = "arm"`` is
 the default, and the settings that use it start from that arm (``parameters`` and ``sample``
 apply on top). See ``experiments/README.md`` for the keys and the shipped experiments.
+
+The pieces every runner's configuration shares (``ConfigError``, ``read_toml``, the ``[experiment]``
+table's keys, ``Experiment`` and ``Setting``) live in ``jaxid.config_common`` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_common import EXPERIMENT_KEYS, ConfigError, Experiment, Setting, check_experiment_table, read_toml
 from .model import PARAMETER_NAMES
 from .model.description import resolve_description
 from .types import did_you_mean
 
 __all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]
-
-
-class ConfigError(ValueError):
-    """A configuration file or value is invalid; the message says what to change."""
 
 
 #: Default value of every setting key; also the list of allowed keys.
@@ -64,17 +60,6 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "label": None,  # free text shown in tables/plots
 }
 
-EXPERIMENT_KEYS = {
-    "kind": str,  # "study" (this module; the default) or "benchmark" (jaxid.benchmark)
-    "name": str,
-    "description": str,
-    "seed": int,
-    "trials": int,
-    "full_trials": int,
-    "chunk": int,
-    "plots": list,
-}
-
 _CHOICES = {
     "model": ("point_mass", "table1", "arm"),
     "lines": ("same", "split"),
@@ -91,100 +76,6 @@ _DISTRIBUTIONS = {"fixed": (), "uniform": ("width",), "normal": ("std",)}
 PLOTS = ("coefficients", "estimates", "rmse_vs_noise", "rmse_vs_scale", "rmse_vs_periods", "estimators", "convergence")
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One resolved setting (all keys of ``SETTING_DEFAULTS`` present and validated).
-
-    ``arm``: for ``model = "arm"``, the experiment's resolved ``[arm]`` table (every parameter
-    explicit, ``jaxid.model.description.resolve_description``); ``None`` for the presets.
-    """
-
-    name: str
-    values: dict[str, Any]
-    trials: int
-    arm: dict[str, Any] | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
-
-    def digest(self) -> str:
-        """A short hash of the resolved values and arm (a resumed run must match it)."""
-        extra = {"arm": self.arm} if self.arm is not None else {}
-        blob = json.dumps(
-            {"name": self.name, "trials": self.trials, **self.values, **extra}, sort_keys=True, default=str
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Experiment:
-    name: str
-    description: str
-    seed: int
-    trials: int
-    chunk: int
-    plots: tuple[str, ...]
-    settings: tuple[Setting, ...]
-    full_trials: int | None = None
-    source: str | None = None
-    raw: dict = field(default_factory=dict, repr=False)
-    #: The resolved ``[arm]`` table (every parameter explicit), or ``None`` without one.
-    arm: dict[str, Any] | None = None
-
-    def setting(self, name: str) -> Setting:
-        for s in self.settings:
-            if s.name == name:
-                return s
-        raise ConfigError(
-            f"No setting {name!r} in experiment {self.name!r}; settings are {[s.name for s in self.settings]}.{did_you_mean(name, [s.name for s in self.settings])}"
-        )
-
-    def select(self, names: list[str] | None, trials: int | None = None) -> Experiment:
-        """A copy keeping only the settings ``names``, with ``trials`` overriding counts.
-
-        ``names=None`` keeps every setting except ``smoke`` (the CI check), which runs only when
-        named.
-        """
-        if names:
-            settings = tuple(self.setting(n) for n in names)
-        else:
-            settings = tuple(s for s in self.settings if s.name != "smoke") or self.settings
-        if trials is not None:
-            if trials < 1:
-                raise ConfigError(f"--trials must be >= 1, got {trials}.")
-            settings = tuple(Setting(s.name, s.values, trials, s.arm) for s in settings)
-        return Experiment(
-            self.name,
-            self.description,
-            self.seed,
-            self.trials,
-            self.chunk,
-            self.plots,
-            settings,
-            self.full_trials,
-            self.source,
-            self.raw,
-            self.arm,
-        )
-
-    def resolved(self) -> dict:
-        """The fully resolved configuration (written next to the results); the ``[arm]`` table, if
-        any, with every parameter explicit (``parse_experiment`` reads it back as the same arm)."""
-        return {
-            "experiment": {
-                "name": self.name,
-                "description": self.description,
-                "seed": self.seed,
-                "trials": self.trials,
-                "chunk": self.chunk,
-                "plots": list(self.plots),
-                **({"full_trials": self.full_trials} if self.full_trials else {}),
-            },
-            **({"arm": dict(self.arm)} if self.arm is not None else {}),
-            "settings": {s.name: {**s.values, "trials": s.trials} for s in self.settings},
-        }
-
-
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment TOML file (``ConfigError``, one line, on any problem).
 
@@ -194,33 +85,6 @@ def load_experiment(path: str | Path) -> Experiment:
     """
     path = Path(path)
     return parse_experiment(read_toml(path), source=str(path), default_name=path.stem)
-
-
-def check_experiment_table(exp: dict, allowed: dict[str, type], where: str, label: str = "") -> None:
-    """Every key of an ``[experiment]`` table known (``allowed``: key -> type) and of its type; a
-    ``ConfigError`` naming the key otherwise (``label``, e.g. " in a benchmark", after "allowed")."""
-    for key, value in exp.items():
-        if key not in allowed:
-            raise ConfigError(
-                f"{where}unknown key experiment.{key}; allowed{label}: {sorted(allowed)}.{did_you_mean(key, allowed)}"
-            )
-        if not isinstance(value, allowed[key]) or isinstance(value, bool):
-            kind = {int: "an integer", str: "a string", list: "a list"}[allowed[key]]
-            raise ConfigError(f"{where}experiment.{key} must be {kind}, got {value!r}.")
-
-
-def read_toml(path: str | Path, missing: str | None = None) -> dict:
-    """The parsed TOML file ``path`` (experiments, benchmarks and fits alike); ``ConfigError`` (one
-    line) when it does not exist (``missing``: the message, default the experiments') or is not TOML."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(
-            missing or f"Config file {str(path)!r} does not exist; `jaxid list` shows the shipped experiments."
-        )
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
 
 def parse_experiment(

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .benchmark import Benchmark, is_benchmark, parse_benchmark, run_benchmark
-from .config import Experiment, parse_experiment, read_toml
+from .config import parse_experiment
+from .config_common import Experiment, read_toml
 from .report import write_tables
 from .study import run_study
 from .study.hosts import is_writer

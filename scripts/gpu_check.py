@@ -324,7 +324,7 @@ def nbench_experiment(size: dict, arm: str = "panda"):
     import copy
 
     from jaxid.benchmark import parse_benchmark
-    from jaxid.config import read_toml
+    from jaxid.config_common import read_toml
 
     raw = copy.deepcopy(read_toml(NBENCH_CONFIG))
     if arm == "two_link":

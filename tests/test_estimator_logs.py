@@ -12,7 +12,8 @@ import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.config import ConfigError, parse_experiment
+from jaxid.config import parse_experiment
+from jaxid.config_common import ConfigError
 from jaxid.estimators import (
     ESTIMATORS,
     ML,

@@ -320,7 +320,8 @@ def test_traced_options_compile_once(data, name, options):
 
 
 def test_experiment_files_check_options_as_constructor_arguments():
-    from jaxid.config import ConfigError, parse_experiment
+    from jaxid.config import parse_experiment
+    from jaxid.config_common import ConfigError
 
     def setting(options):
         return {

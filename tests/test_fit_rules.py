@@ -290,7 +290,7 @@ def test_a_joint_that_only_dithers_warns(other_build, tmp_path, capsys):
 
 
 def test_no_driven_joint_is_an_error():
-    from jaxid.config import ConfigError
+    from jaxid.config_common import ConfigError
     from jaxid.fit.cutoff import excitation_frequency
 
     log = load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002, window=(0.0, 4.0))
@@ -300,7 +300,7 @@ def test_no_driven_joint_is_an_error():
 
 
 def test_an_implausible_training_error_is_refused():
-    from jaxid.config import ConfigError
+    from jaxid.config_common import ConfigError
     from jaxid.fit.checks import check_training_error
     from jaxid.identification import filter_log
 

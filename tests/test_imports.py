@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "closed_loop",
     ),
     ("crlb", "estimators", "identification", "consistency"),
-    ("config", "study", "design", "trajectory_design", "trajectory_information", "fit", "benchmark"),
+    ("config_common", "config", "study", "design", "trajectory_design", "trajectory_information", "fit", "benchmark"),
     ("report", "plots", "benchmark.report"),
     ("experiment", "cli", "__main__", "__init__"),
 )

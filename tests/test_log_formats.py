@@ -18,7 +18,7 @@ import pytest
 
 import jaxid
 from jaxid.cli import main
-from jaxid.config import ConfigError
+from jaxid.config_common import ConfigError
 from jaxid.fit import parse_fit_config
 from jaxid.fit.cutoff import load_logs
 from jaxid.identification import filter_log

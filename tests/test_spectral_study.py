@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 import jaxid
-from jaxid.config import ConfigError, parse_experiment
+from jaxid.config import parse_experiment
+from jaxid.config_common import ConfigError
 
 
 def _raw(path: str, trials: int = 300, chunk: int = 300, **defaults):

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..config import Experiment, Setting
+from ..config_common import Experiment, Setting
 from ..estimators import ESTIMATOR_STATUS, ESTIMATORS, parameter_values, resolve_unknowns
 from ..excitation import Multisine
 from ..measurement import noise_mean, noise_std

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import Setting
+from ..config_common import Setting
 from ..excitation import Multisine, table2
 from ..model import TwoLinkArm
 from ..model.description import arm_from_description

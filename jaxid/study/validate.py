@@ -19,7 +19,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError, Experiment, Setting
+from ..config_common import ConfigError, Experiment, Setting
 from ..estimators import ESTIMATORS
 from ..measurement import noise_std
 from ..model import TwoLinkArm
