@@ -95,7 +95,8 @@ from .crlb import (
     spectral_fisher_information,
 )
 from .derivatives import noise_variance, periodic_derivatives
-from .design import LineDesign, RmsePrediction, design_line_amplitudes, design_scale, predict_rmse
+from .design import LineDesign, design_line_amplitudes, design_scale
+from .design_criteria import RmsePrediction, predict_rmse
 from .estimators import (
     CONVERGED,
     ESTIMATOR_STATUS,

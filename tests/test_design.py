@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.design import NONLINEAR, design_scale
+from jaxid.design import design_scale
+from jaxid.design_criteria import NONLINEAR
 from jaxid.estimators import ml
 
 PAPER_STD = 0.1 / math.sqrt(12)

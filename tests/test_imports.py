@@ -49,7 +49,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "closed_loop",
     ),
     ("crlb", "estimators", "identification", "consistency"),
-    ("config_common", "config", "study", "design", "trajectory_design", "trajectory_information", "fit", "benchmark"),
+    (
+        "config_common",
+        "config",
+        "study",
+        "design",
+        "design_criteria",
+        "trajectory_design",
+        "trajectory_information",
+        "fit",
+        "benchmark",
+    ),
     ("report", "plots", "benchmark.report"),
     ("experiment", "cli", "__main__", "__init__"),
 )
