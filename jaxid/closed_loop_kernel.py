@@ -31,8 +31,8 @@ from .integrate import rk4_step, sincos
 from .model import unrolled
 from .model.interface import AbstractArm
 from .model.serial import SerialArm
+from .rate_kernels import _unreachable
 from .reference import FourierTrajectory, JointLimits, joint_limits
-from .trajectory import _unreachable
 from .types import Status, require_float64
 
 __all__ = ["DIVERGENCE_FACTOR", "CONTROLS", "fast_path"]
@@ -72,7 +72,7 @@ class _Unrolled:
     contiguous ``(B,)`` vectors) and its accelerations from ``jaxid.model.unrolled``.
 
     The accelerations are computed behind a ``lax.cond`` on an always-true unbatched ``pred`` (as
-    ``jaxid.trajectory.fast_rates`` does): XLA then materialises them once per RK4 stage, and the
+    ``jaxid.rate_kernels.fast_rates`` does): XLA then materialises them once per RK4 stage, and the
     cond's operands (the state, torques, and the sines and cosines of the revolute joints' angles by
     ``jaxid.integrate.sincos``) once before it. Without it XLA's CPU fusion recomputes the whole
     dynamics inside every consumer of the accelerations (the RK4 stage updates and the final

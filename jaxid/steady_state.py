@@ -21,7 +21,7 @@ integrating the transient away (``simulate``), this module solves for the orbit 
   nonlinear output-error estimator and its Cramér–Rao bound are built on it.
 - **States with a lead-in.** ``period_states`` integrates from a state some samples *before*
   ``t = 0`` (the torque is periodic) and returns every state of the period: a start-state error
-  decays during the lead-in. The simulator's fast rates kernel (``jaxid.trajectory.fast_rates``);
+  decays during the lead-in. The simulator's fast rates kernel (``jaxid.rate_kernels.fast_rates``);
   the coarse route of ``nonlinear_oe`` runs it on a coarse and on the full grid.
 
 The applied torque ``tau(t) = offset + u(t)`` is **known** (it is what the experimenter applied);
@@ -48,7 +48,7 @@ from .integrate import rk4_step, torque_grid
 from .linearisation import linearise
 from .model import TwoLinkArm, forward_dynamics, holding_torque, validate_unknowns
 from .phasors import respond, synthesise
-from .trajectory import fast_rates
+from .rate_kernels import fast_rates
 from .types import steps_per_period
 
 __all__ = [
@@ -304,7 +304,7 @@ def period_states(
     and the state after the period. The lead-in lets a start-state error decay before the
     recorded window (by ``|Φ_x|`` over a period for this arm, ~1e-10 per 100 s), so
     ``x[N − lead_in]`` of one call is the warm start of the next. The rates are the simulator's
-    fast kernel (``jaxid.trajectory.fast_rates``: the state as four scalars, equal to
+    fast kernel (``jaxid.rate_kernels.fast_rates``: the state as four scalars, equal to
     ``forward_dynamics`` to rounding); ``vmap`` it over trials and parameter lanes.
     """
     y0 = jnp.asarray(initial_state, dtype=float)

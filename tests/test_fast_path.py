@@ -1,6 +1,6 @@
 """The fast RK4 path of ``simulate_batch`` against independent answers.
 
-- the shared fast-rates kernel (``trajectory.fast_rates``) against the model's ``forward_dynamics``;
+- the shared fast-rates kernel (``rate_kernels.fast_rates``) against the model's ``forward_dynamics``;
 - the split ``sincos`` (``sincos_parts`` + ``sincos_quadrant``) against an independently written
   quadrant rule (``np.choose`` on ``k mod 4``) and against numpy's ``sin``/``cos``;
 - the fast path against the tight adaptive reference (≤ 1e-7 rad, the accuracy it is sold with)
@@ -26,7 +26,7 @@ import pytest
 import jaxid
 from jaxid.integrate import sincos, sincos_parts, sincos_quadrant, torque_grid
 from jaxid.model import forward_dynamics, holding_torque
-from jaxid.trajectory import fast_rates
+from jaxid.rate_kernels import fast_rates
 
 STEP = 0.01
 

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "integrate",
         "simulation",
         "batch",
+        "rate_kernels",
         "trajectory",
         "transient",
         "steady_state",
