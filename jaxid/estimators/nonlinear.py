@@ -32,7 +32,7 @@ failure.
 
 It starts from ``initial`` if given, else from the estimator named ``initial_estimator``
 (default the frequency-domain ML estimate ``"ml"``, falling back to ``"equation_error"``) when it
-is registered and converges, else from ``nominal``'s values.
+is registered and converges, else from ``nominal``'s values (the starts: ``jaxid.estimators.nonlinear_start``).
 
 Converged when the undamped Gauss-Newton step is below ``rtol`` relative in every parameter (or
 the cost reduction it predicts is below rounding, ``1e-12`` relative) and the orbit's periodicity
@@ -56,20 +56,20 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from .. import linalg
-from ..derivatives import DETECTION_THRESHOLD, default_cutoff, periodic_derivatives
+from ..derivatives import default_cutoff
 from ..excitation import Multisine
 from ..integrate import applied_offset
-from ..linalg import lstsq
-from ..model import LINEAR_PARAMETERS, PARAMETER_NAMES, TwoLinkArm, regressor, validate_unknowns
+from ..model import PARAMETER_NAMES, TwoLinkArm, validate_unknowns
 from ..simulation import Record, steps_per_period
 from ..steady_state import (
     period_map,
     period_sensitivities,
     torque_table,
 )
-from .base import CONVERGED, ESTIMATORS, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
+from .base import CONVERGED, FAILED, MAX_ITERATIONS, SINGULAR, Estimate, register
 from .nonlinear_bound import nonlinear_crlb, nonlinear_fisher
 from .nonlinear_coarse import _COST_ROUNDING, _LAMBDA_MAX, _LAMBDA_MIN, _coarse_fit, _coarsening, _hermite  # noqa: F401 (_hermite: tests)
+from .nonlinear_start import _start_candidates, filtered_derivatives, inverse_dynamics_start
 
 __all__ = [
     "nonlinear_output_error",
@@ -96,73 +96,6 @@ def _check(record: Record, excitation: Multisine, unknowns) -> tuple[tuple[str, 
             "the record must be whole periods."
         )
     return unknowns, n
-
-
-def filtered_derivatives(
-    data: Float[Array, "N 2"], period: float, cutoff: int, threshold: float = DETECTION_THRESHOLD
-) -> tuple[Float[Array, "N 2"], Float[Array, "N 2"], Float[Array, "N 2"]]:
-    """Zero-mean ``q, q', q''`` of one period of angles from its significant Fourier lines.
-
-    ``jaxid.derivatives.periodic_derivatives`` with ``keep="detected"``: the harmonics
-    ``1 ≤ k ≤ cutoff`` whose power exceeds ``threshold`` times the noise floor in either joint
-    (the one detection policy); the mean (DC) is removed. Zero-phase and exact for a noise-free
-    periodic signal inside the band.
-    """
-    n = data.shape[0]
-    q, qd, qdd = periodic_derivatives(data, period / n, period, keep="detected", cutoff=cutoff, threshold=threshold)
-    return q - jnp.mean(q, axis=0), qd, qdd
-
-
-def inverse_dynamics_start(
-    data: Float[Array, "N 2"],
-    torque: Float[Array, "N 2"],
-    nominal: TwoLinkArm,
-    unknowns: Sequence[str],
-    period: float,
-    cutoff: int,
-    threshold: float = DETECTION_THRESHOLD,
-    q0: Float[ArrayLike, "2"] = (0.0, 0.0),
-) -> Float[Array, " p"]:
-    """Least-squares fit of the **nonlinear** inverse dynamics ``tau = Y(q, q', q'') θ + tau_known``.
-
-    ``data`` and ``torque`` are one (averaged) period of angles [rad] and torques [N m];
-    ``q − q0, q', q''`` come from ``filtered_derivatives``. The DC equations are dropped: an
-    unknown angle offset (a sensor bias, the mean of the paper's ``0.1*rand()``) shifts the mean
-    gravity torque, to first order a constant. No linearisation bias, but errors in variables at
-    low SNR: used only as a starting point. ``unknowns`` must be parameters the dynamics are
-    linear in (``m1, m2, J1, J2, fv1, fv2``).
-    """
-    q, qd, qdd = filtered_derivatives(data, period, cutoff, threshold)
-    y, tau_known = regressor(nominal, jnp.asarray(q0, dtype=float) + q, qd, qdd, unknowns)
-    y = y - jnp.mean(y, axis=0)
-    b = torque - tau_known
-    b = b - jnp.mean(b, axis=0)
-    return lstsq(y.reshape(-1, y.shape[-1]), b.reshape(-1))[0]
-
-
-def _start_candidates(
-    record, excitation, nominal, unknowns, q0, noise_std, data, torque_mean, initial_estimator, cutoff, first_only=False
-):
-    fallback = nominal.parameter_vector(unknowns)
-    candidates = []
-    names = [initial_estimator] if initial_estimator else []
-    if initial_estimator == "ml":
-        names.append("equation_error")
-    for name in names:
-        if name in ESTIMATORS:
-            est = ESTIMATORS[name](record, excitation, nominal, unknowns=unknowns, q0=q0, noise_std=noise_std)
-            ok = (est.status == CONVERGED) & jnp.all(jnp.isfinite(est.value)) & jnp.all(est.value > 0)
-            candidates.append(jnp.where(ok, est.value, fallback))
-            break
-    if candidates and first_only:
-        return candidates
-    if all(u in LINEAR_PARAMETERS for u in unknowns):
-        theta = inverse_dynamics_start(data, torque_mean, nominal, unknowns, excitation.period, cutoff, q0=q0)
-        ok = jnp.all(jnp.isfinite(theta)) & jnp.all(theta > 0)
-        candidates.append(jnp.where(ok, theta, fallback))
-    if not candidates:
-        candidates.append(fallback)
-    return candidates
 
 
 def _normal_equations(sens, data, fit_offset):
