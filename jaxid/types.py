@@ -9,9 +9,12 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
+from typing import Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "Status",
     "Record",
     "Estimate",
+    "ParameterEstimate",
     "require_float64",
     "steps_per_period",
     "SIMULATION_STATUSES",
@@ -195,6 +199,47 @@ class Estimate(eqx.Module):
     status: Int[Array, ""]
     names: tuple[str, ...] = eqx.field(static=True)
     history: Float[Array, "n p"] | None = None
+
+    @property
+    def std(self) -> Float[Array, " p"]:
+        """``(…, p)`` standard deviations: the square roots of the covariance's diagonal (clipped at 0)."""
+        return jnp.sqrt(jnp.clip(jnp.diagonal(self.covariance, axis1=-2, axis2=-1), 0.0, None))
+
+    @property
+    def label(self):
+        """The status as result tables write it (``Status.label``): a string, or a string array of
+        the leading (trial) shape of a batched estimate."""
+        status = np.asarray(self.status)
+        if status.ndim == 0:
+            return Status.label(status)
+        return np.vectorize(Status.label, otypes=[object])(status)
+
+
+@runtime_checkable
+class ParameterEstimate(Protocol):
+    """What every estimate is, from simulated records (``Estimate``) or from logs
+    (``jaxid.Identification``): the one interface a table, an export or a comparison reads
+    (``jaxid.report.parameter_table`` takes either).
+
+    ``names``: the ``p`` parameter names; ``value`` ``(…, p)``; ``covariance`` ``(…, p, p)``;
+    ``std`` ``(…, p)``; ``label``: the status as result tables write it (``"ok"``,
+    ``"max_iterations"``, ``"failed"``, …). A batched ``Estimate`` has a leading trial axis on each
+    array and one label per trial.
+    """
+
+    names: tuple[str, ...]
+
+    @property
+    def value(self): ...
+
+    @property
+    def covariance(self): ...
+
+    @property
+    def std(self): ...
+
+    @property
+    def label(self): ...
 
 
 def did_you_mean(name: str, allowed) -> str:
