@@ -26,7 +26,14 @@ from .cutoff import choose_cutoff, filter_all, load_logs
 from .export import export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
 from .selection import DEFAULT_CANDIDATES, cross_validate, training_folds
-from .tables import consistency_table, frequency_view, parameters_table, validation_summary, validation_table
+from .tables import (
+    consistency_table,
+    frequency_view,
+    parameters_table,
+    simulation_substeps,
+    validation_summary,
+    validation_table,
+)
 
 __all__ = ["FitExists", "FitWarning", "run_fit"]
 
@@ -257,7 +264,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     if model.reference is not None:
         thetas["reference"] = model.reference
     thetas.update(model.compare)
-    validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered)
+    substeps = simulation_substeps(model, thetas, {n: evaluation[n] for n in config.train})
+    validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered, substeps=substeps)
     plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, headline)
     consistency = attempt("consistency", lambda: consistency_table(model, thetas), pd.DataFrame())
     lines = attempt("frequency_view", lambda: frequency_view(config, evaluation, model, thetas, f_exc), pd.DataFrame())
@@ -294,7 +302,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         figure_paths = attempt(
             "figures",
             lambda: make_fit_figures(
-                out, evaluation, model, thetas, config, headline, horizons, failures=figure_failures
+                out, evaluation, model, thetas, config, headline, horizons, failures=figure_failures, substeps=substeps
             ),
             [],
         )

@@ -41,19 +41,33 @@ def parameters_table(estimates, model, jackknife):
     return pd.DataFrame(rows)
 
 
-def validation_table(config, filtered, model, thetas, horizons, fitted=None):
+def simulation_substeps(model, thetas, logs) -> int:
+    """RK4 steps per sample for every free simulation of a fit: the most that
+    ``jaxid.identification.data.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
+    on ``logs`` (``{run: FilteredLog}``). One integrator for every model compared, and one compiled
+    program; a model whose state Jacobian is not finite there is left out of the maximum."""
+    from ..identification.data import stable_substeps
+
+    runs = list(logs.values())
+    return max([1] + [stable_substeps(model.regressor, theta, runs)[0] for theta in thetas.values()])
+
+
+def validation_table(config, filtered, model, thetas, horizons, fitted=None, substeps=None):
     """Per run, role, model and joint: torque RMSE, free-simulation angle RMSE per horizon and a
     ``status`` (``ok``; ``simulation_failed`` when the free simulation raised, its RMSEs NaN;
     ``nonfinite`` when a metric came out NaN/inf).
 
     ``filtered``: the logs filtered at the evaluation band (``validation.band_hz``), on which every
     metric is computed; ``fitted``: the same logs filtered at the fit's cut-off, on which the
-    torque RMSE is also reported as ``torque_rmse_fit_band`` (it moves with the fit's filter)."""
+    torque RMSE is also reported as ``torque_rmse_fit_band`` (it moves with the fit's filter).
+    ``substeps``: RK4 steps per sample of the free simulations (default: ``simulation_substeps``)."""
     import pandas as pd
 
     from ..identification.validation import free_simulation_rmse, torque_rmse
 
     val = config.section("validation")
+    if substeps is None:
+        substeps = simulation_substeps(model, thetas, filtered)
     vrows = []
     for run, d in filtered.items():
         role = "train" if run in config.train else "test"
@@ -61,7 +75,7 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None):
             tau = torque_rmse(d, model.regressor, theta)
             tau_fit = None if fitted is None else torque_rmse(fitted[run], model.regressor, theta)
             try:
-                sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"])
+                sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"], substeps)
                 status = "ok"
             except ValueError:
                 sim = {h: np.full(model.dof, np.nan) for h in horizons}

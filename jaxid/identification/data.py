@@ -32,7 +32,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ..filters import differentiate, lowpass, min_samples
 from ..linalg import solve, solve_2x2
@@ -332,14 +332,14 @@ def _rk4(rates, y, stage_torques, h):
 #: along the negative real axis and 2.8 along the imaginary one, and well within between them at 2.5.
 STABLE_STEP = 2.5
 #: The most substeps ``stable_substeps`` gives (a model that needs more is not simulated faithfully).
-MAX_SUBSTEPS = 32
+MAX_SUBSTEPS = 16
 #: How many log states ``stable_substeps`` looks at (one compiled shape for every log).
 STIFFNESS_POINTS = 64
 
 
 def stable_substeps(
     regressor: Regressor,
-    theta: Float[Array, " p"],
+    theta: Float[ArrayLike, " p"],
     logs: Sequence[FilteredLog],
     known: Known | None = None,
     *,

@@ -24,9 +24,18 @@ def _save(fig, path: Path) -> None:
 
 
 def make_fit_figures(
-    out: Path, filtered, model, thetas, config, headline: str, horizons, failures: dict[str, str] | None = None
+    out: Path,
+    filtered,
+    model,
+    thetas,
+    config,
+    headline: str,
+    horizons,
+    failures: dict[str, str] | None = None,
+    substeps: int | None = None,
 ) -> list[Path]:
     """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths.
+    ``substeps``: RK4 steps per sample of the free simulations (``free_simulation``; default its rule).
 
     Each figure is drawn on its own: one that fails (e.g. a free simulation that leaves the data) is
     recorded in ``failures`` (``{file name: reason}``, when given; else re-raised) and the others are
@@ -68,7 +77,7 @@ def make_fit_figures(
         attempt(
             f"angles_{run}.png",
             lambda path, run=run: _angles(
-                plt, path, filtered[run], run, model, shown, colours, names, joints, height, longest
+                plt, path, filtered[run], run, model, shown, colours, names, joints, height, longest, substeps
             ),
         )
     attempt(
@@ -83,13 +92,14 @@ def _torque(plt, path, d, run, model, shown, colours, names, joints, height):
     # Torque: a 3-s window from the middle of the run.
     mid = t[sl][len(t[sl]) // 2]
     win = (t >= mid - 1.5) & (t <= mid + 1.5)
+    preds = {label: torque_prediction(d, model.regressor, theta) for label, theta in shown.items()}  # once per model
+    band = d.band(d.tau)
     fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for j, ax in enumerate(axes):
         ax.plot(t[win], np.asarray(d.tau_raw)[win, j], color="0.75", lw=0.8, label="measured (raw)")
-        ax.plot(t[win], d.band(d.tau)[win, j], color="k", lw=1.2, label="measured (low-passed)")
-        for label, theta in shown.items():
-            pred = torque_prediction(d, model.regressor, theta)
+        ax.plot(t[win], band[win, j], color="k", lw=1.2, label="measured (low-passed)")
+        for label, pred in preds.items():
             ax.plot(t[win], pred[win, j], color=colours[label], lw=1.0, label=names[label])
         ax.set_ylabel(f"τ{j + 1} [N m]")
     axes[0].set_title(f"{run}: measured vs inverse-dynamics torque (cut-off {d.cutoff_hz:g} Hz)")
@@ -100,20 +110,22 @@ def _torque(plt, path, d, run, model, shown, colours, names, joints, height):
     plt.close(fig)
 
 
-def _angles(plt, path, d, run, model, shown, colours, names, joints, height, longest):
+def _angles(plt, path, d, run, model, shown, colours, names, joints, height, longest, substeps=None):
     t = np.asarray(d.t)
     sl = d.usable
     # Angles: free simulations restarted every `longest` seconds from the measured state.
     steps = int(round(longest / d.sample_step))
     starts = np.arange(sl.start, sl.stop - steps, steps)
+    sims = (
+        {}
+        if starts.size == 0
+        else {k: free_simulation(d, model.regressor, v, starts, steps, substeps) for k, v in shown.items()}
+    )
     fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for j, ax in enumerate(axes):
         ax.plot(t[sl], np.asarray(d.q_raw)[sl, j], color="k", lw=1.2, label="measured")
-        for label, theta in shown.items():
-            if starts.size == 0:
-                continue
-            sim = free_simulation(d, model.regressor, theta, starts, steps)
+        for label, sim in sims.items():  # simulated once per model, not per joint
             for i, s in enumerate(starts):
                 ax.plot(
                     t[s : s + steps + 1],

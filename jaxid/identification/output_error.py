@@ -30,10 +30,11 @@ of two: one compiled program per model and chunk shape, whatever the logs' lengt
 **Solver.** ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method,
 step for step (``jaxid.identification.shooting.trust_region``), its subproblem solved on those
 normal equations instead of an SVD of the Jacobian: the same iterates as the dense route to
-round-off (``tests/test_output_error_streaming.py``). A pass at a trial point also gives its
-Jacobian, so an accepted step costs no second pass. It stops at ``ftol = 1e-8``, ``xtol = 1e-10``,
-``gtol = 1e-8`` or after ``max_iterations`` passes (status
-``"max_iterations"``). The tangents go through the accelerations' custom JVP
+round-off (``tests/test_output_error_streaming.py``). A trial point is first simulated without the
+Jacobian (``_shooting_residuals``, about a tenth of a Jacobian pass's cost) and linearised only once
+accepted, so a rejected step (a third of them on a 6-joint arm's 50-s runs) costs a residual pass. It
+stops at ``ftol = 1e-8``, ``xtol = 1e-10``, ``gtol = 1e-8`` or after ``max_iterations`` trial points
+(status ``"max_iterations"``). The tangents go through the accelerations' custom JVP
 (``jaxid.identification.data.accelerations``) and through one copy of the model per step
 (``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
 hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
@@ -45,7 +46,8 @@ lower bound. Formed from the normal equations it carries their squared condition
 
 **Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
 10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
-simulation of every sample (one RK4 step per sample), not the residual count.
+simulation of every sample (one RK4 step per sample, or ``substeps`` of them for a stiff model:
+``jaxid.identification.data.stable_substeps``), not the residual count.
 
 **Another parametrisation** (``parametrisation = g``, ``start_z``): the solver moves ``z`` and the
 initial states, with ``θ = g(z)`` and the ``θ`` columns of the Jacobian times ``∂g/∂z``; the
@@ -69,9 +71,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .data import FilteredLog, Known, Regressor, simulate_segments, stage_torques
+from .data import FilteredLog, Known, Regressor, simulate_segments, stable_substeps, stage_torques
 from .idim import Identification, segment_starts
-from .shooting import Blocks, normal_equations, schur_complement, trust_region
+from .shooting import Blocks, normal_equations, schur_complement, shooting_cost, trust_region
 
 __all__ = ["output_error", "angle_noise_std"]
 
@@ -100,6 +102,7 @@ def output_error(
     start_z: ArrayLike | None = None,
     return_z: bool = False,
     chunk_segments: int = CHUNK_SEGMENTS,
+    substeps: int | None = None,
 ) -> Identification | tuple[Identification, np.ndarray]:
     """Multiple-shooting output error (see the module docstring).
 
@@ -120,6 +123,9 @@ def output_error(
             report the standard parameters of a consistent fit.
         chunk_segments: segments per compiled call (memory ∝ it; the result does not depend on it
             beyond round-off).
+        substeps: RK4 steps per log sample (``jaxid.identification.data.model_step``); default: the
+            stiffness rule ``stable_substeps`` on the start model (``θ`` of the start) and the logs,
+            fixed for the whole fit (one compiled program). Stated in the notes when above 1.
 
     Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
     parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
@@ -170,21 +176,38 @@ def output_error(
     linked = np.concatenate(linked)
     scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
     chunks = _Chunks(np.concatenate(torques), np.concatenate(meas), int(chunk_segments))
-    static = dict(regressor=regressor, known=known, sample_step=h, stride=stride)
+    if substeps is None:
+        theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
+        substeps, stiffness = stable_substeps(regressor, theta0, logs, known)
+    elif int(substeps) < 1:
+        raise ValueError(f"output_error: substeps must be a positive integer, got {substeps}.")
+    else:
+        stiffness = None
+    substeps = int(substeps)
+    static = dict(regressor=regressor, known=known, sample_step=h, stride=stride, substeps=substeps)
     sigma_j = jnp.asarray(sigma)
+
+    def parameters(par):
+        if parametrisation is None:
+            return par, None
+        return tuple(map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation)))
+
+    def evaluate(par, states):
+        """The cost ``½ |r|²`` at ``(φ, x)`` by a pass without the Jacobian; ``None`` if not finite."""
+        res, ends = chunks.residuals(parameters(par)[0], states, sigma_j, static)
+        if not (np.isfinite(res).all() and np.isfinite(ends).all()):
+            return None
+        return shooting_cost(res, ends, states, linked, scale_c)[0]
 
     def linearise(par, states):
         """The normal equations (in ``φ``) at ``(φ, x)`` and the pass's blocks and ``θ``; ``None`` if not finite."""
-        if parametrisation is None:
-            theta, dtheta = par, None
-        else:
-            theta, dtheta = map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation))
+        theta, dtheta = parameters(par)
         blocks = chunks.pass_(theta, states, sigma_j, static)
         if not all(np.isfinite(b).all() for b in blocks):
             return None
         return normal_equations(blocks, states, linked, scale_c, dtheta), (blocks, theta)
 
-    sol = trust_region(linearise, z_start, x0, max_evaluations=max_iterations)
+    sol = trust_region(linearise, z_start, x0, max_evaluations=max_iterations, evaluate=evaluate)
     blocks, theta_hat = sol.extra
     z = sol.par
     # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
@@ -207,6 +230,9 @@ def output_error(
         f"{segments} segments of {length * h:.3g} s; largest continuity gap {gap_q:.2e} rad, {gap_v:.2e} rad/s; "
         f"solver: {sol.message}"
     )
+    if substeps > 1:
+        why = "" if stiffness is None else f" (h λ_max = {stiffness:.3g} at the start)"
+        notes += f"; {substeps} RK4 substeps per sample{why}"
     est = Identification(
         "output_error",
         names,
@@ -238,26 +264,42 @@ class _Chunks:
         self.torques = torques[self.fill]
         self.measured = measured[self.fill]
 
+    def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
+        """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
+        theta = jnp.asarray(theta)
+        states = states[self.fill]
+        pending = [
+            _shooting_residuals(
+                theta,
+                jnp.asarray(states[lo : lo + self.size]),
+                jnp.asarray(self.torques[lo : lo + self.size]),
+                jnp.asarray(self.measured[lo : lo + self.size]),
+                sigma,
+                **static,
+            )
+            for lo in range(0, self.fill.size, self.size)
+        ]
+        res, ends = (np.concatenate([np.asarray(r[i]) for r in pending])[: self.segments] for i in range(2))
+        return res, ends
+
     def pass_(self, theta, states, sigma, static) -> Blocks:
         """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
         theta = jnp.asarray(theta)
         states = states[self.fill]
-        out = []
-        for lo in range(0, self.fill.size, self.size):
-            part = slice(lo, lo + self.size)
-            out.append(
-                jax.tree.map(
-                    np.asarray,
-                    _shooting_blocks(
-                        theta,
-                        jnp.asarray(states[part]),
-                        jnp.asarray(self.torques[part]),
-                        jnp.asarray(self.measured[part]),
-                        sigma,
-                        **static,
-                    ),
-                )
+        # Every chunk dispatched before any is read back: JAX runs them asynchronously, so on a CPU with
+        # several cores the chunks (independent programs) overlap; the results are the same either way.
+        pending = [
+            _shooting_blocks(
+                theta,
+                jnp.asarray(states[lo : lo + self.size]),
+                jnp.asarray(self.torques[lo : lo + self.size]),
+                jnp.asarray(self.measured[lo : lo + self.size]),
+                sigma,
+                **static,
             )
+            for lo in range(0, self.fill.size, self.size)
+        ]
+        out = [jax.tree.map(np.asarray, blocks) for blocks in pending]
         blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*out, strict=True)))
         # Summed here, over the real segments in one order: the chunk size does not change the sums.
         return blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0))
@@ -275,20 +317,34 @@ def _parametrise(z, *, parametrisation):
     return theta, jac
 
 
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride"))
+def _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma):
+    """One segment's scaled angle residuals ``(k,)`` and end state ``(m,)`` (``_shooting_blocks``' primal)."""
+    n = y0.shape[-1] // 2
+    states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
+    res = (states[:-1:stride, :n] - q_s) / sigma
+    return res.reshape(-1), states[-1]
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
+def _shooting_residuals(
+    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
+):
+    """One chunk's residuals and end states without the Jacobian (``_shooting_blocks``' primal, ``vmap``)."""
+    one = functools.partial(_segment_residuals, regressor, known, sample_step, stride, substeps)
+    return jax.vmap(one, (None, 0, 0, 0, None))(theta, initial_states, torques, measured, sigma)
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
 def _shooting_blocks(
-    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride
+    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
 ) -> Blocks:
     """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over the chunk) gives
     the residuals as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by
     identity), step, stride and chunk shape: every pass, chunk and log of the same segment length
     shares one program."""
-    n = initial_states.shape[-1] // 2
 
     def segment(theta, y0, tau_s, q_s):
-        states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known)[0]
-        res = (states[:-1:stride, :n] - q_s) / sigma
-        out = (res.reshape(-1), states[-1])
+        out = _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma)
         return out, out
 
     jac, (res, ends) = jax.vmap(jax.jacfwd(segment, argnums=(0, 1), has_aux=True), (None, 0, 0, 0))(

@@ -33,7 +33,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Blocks", "NormalEquations", "Factor", "normal_equations", "schur_complement", "trust_region"]
+__all__ = [
+    "Blocks",
+    "NormalEquations",
+    "Factor",
+    "normal_equations",
+    "shooting_cost",
+    "schur_complement",
+    "trust_region",
+]
 
 
 class Blocks(NamedTuple):
@@ -72,6 +80,14 @@ class NormalEquations(NamedTuple):
         return np.sqrt(np.diag(self.a)), np.sqrt(np.einsum("sii->si", self.c_diag))
 
 
+def shooting_cost(res: np.ndarray, ends: np.ndarray, states: np.ndarray, linked: np.ndarray, weight: np.ndarray):
+    """``(½ |r|², c)``: the cost of residuals ``res`` and the scaled continuity gaps ``c`` (``(S, m)``) of end
+    states ``ends`` against the next segments' ``states`` (``normal_equations``' arguments)."""
+    nxt = np.concatenate([states[1:], states[-1:]])
+    gaps = linked.astype(float)[:, None] * weight * (ends - nxt)
+    return 0.5 * (float(np.sum(res**2)) + float(np.sum(gaps**2))), gaps
+
+
 def normal_equations(
     blocks: Blocks,
     states: np.ndarray,
@@ -86,8 +102,7 @@ def normal_equations(
     ``∂θ/∂z`` of a parametrisation (``None``: ``φ = θ``)."""
     link = linked.astype(float)
     w2 = weight**2
-    nxt = np.concatenate([states[1:], states[-1:]])
-    gaps = link[:, None] * weight * (blocks.ends - nxt)  # c_s, (S, m)
+    cost, gaps = shooting_cost(blocks.res, blocks.ends, states, linked, weight)  # c_s, (S, m)
     wc = weight * gaps  # W c_s
     e_t, e_x = blocks.e_theta, blocks.e_x
     e_t_w = e_t * link[:, None, None]
@@ -104,7 +119,6 @@ def normal_equations(
         a = dtheta.T @ a @ dtheta
         b = np.einsum("pk,spm->skm", dtheta, b)
         g_theta = dtheta.T @ g_theta
-    cost = 0.5 * (float(np.sum(blocks.res**2)) + float(np.sum(gaps**2)))
     return NormalEquations(a, b, c_diag, c_sub, g_theta, g_x, cost, gaps)
 
 
@@ -262,6 +276,7 @@ def trust_region(
     states: np.ndarray,
     *,
     max_evaluations: int,
+    evaluate: Callable[[np.ndarray, np.ndarray], float | None] | None = None,
     ftol: float = 1e-8,
     xtol: float = 1e-10,
     gtol: float = 1e-8,
@@ -272,7 +287,9 @@ def trust_region(
 
     ``linearise(φ, x)`` returns ``(NormalEquations, extra)`` at that point, or ``None`` where the residuals
     are not finite (the radius then shrinks). A pass at a trial point gives its Jacobian too, so an
-    accepted point costs no second pass. Raises ``ValueError`` if the start is not finite. ``status``:
+    accepted point costs no second pass. With ``evaluate(φ, x)`` (the cost ``½ |r|²`` alone, or ``None`` where
+    not finite: a pass without the Jacobian) a trial point is first only evaluated, and linearised once
+    accepted: rejected steps then cost a residual pass, not a Jacobian. The iterates are the same. Raises ``ValueError`` if the start is not finite. ``status``:
     ``"ok"`` (a tolerance met) or ``"max_iterations"`` (``max_evaluations`` passes made)."""
     first = linearise(par, states)
     if first is None:
@@ -293,13 +310,17 @@ def trust_region(
             d_par, d_x, alpha = _trust_region_step(ne, scale_par, scale_x, radius, alpha)
             n_par, n_x = _normal_product(ne, d_par, d_x)
             predicted = -(0.5 * (d_par @ n_par + np.sum(d_x * n_x)) + ne.g_par @ d_par + np.sum(ne.g_x * d_x))
-            trial = linearise(par + d_par, states + d_x)
+            if evaluate is None:
+                trial = linearise(par + d_par, states + d_x)
+                trial_cost = None if trial is None else trial[0].cost
+            else:
+                trial, trial_cost = None, evaluate(par + d_par, states + d_x)
             evaluations += 1
             step_h = float(np.sqrt(np.sum((scale_par * d_par) ** 2) + np.sum((scale_x * d_x) ** 2)))
-            if trial is None:
+            if trial_cost is None or not np.isfinite(trial_cost):
                 radius = 0.25 * step_h
                 continue
-            reduction = ne.cost - trial[0].cost
+            reduction = ne.cost - trial_cost
             if predicted > 0:
                 ratio = reduction / predicted
             else:
@@ -318,6 +339,11 @@ def trust_region(
                 break
             alpha *= radius / new_radius
             radius = new_radius
+        if reduction > 0 and trial is None:
+            trial = linearise(par + d_par, states + d_x)
+            if trial is None:  # finite residuals but a Jacobian that is not: a rejected step
+                radius = 0.25 * step_h
+                continue
         if reduction > 0:
             par, states = par + d_par, states + d_x
             ne, extra = trial

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Regressor, model_torque, simulate_segments_jit, stage_torques
+from .data import FilteredLog, Regressor, model_torque, simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = [
     "torque_prediction",
@@ -55,15 +55,28 @@ def torque_rmse(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
     return np.sqrt(np.mean(err**2, axis=0))
 
 
-def free_simulation(log: FilteredLog, regressor: Regressor, theta, starts: np.ndarray, steps: int) -> np.ndarray:
-    """Simulated states ``(S, steps + 1, 2 n)``, ``(q, q')``, from the filtered state at sample indices ``starts``."""
-    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
+def free_simulation(
+    log: FilteredLog, regressor: Regressor, theta, starts: np.ndarray, steps: int, substeps: int | None = None
+) -> np.ndarray:
+    """Simulated states ``(S, steps + 1, 2 n)``, ``(q, q')``, from the filtered state at sample indices ``starts``;
+    ``substeps`` RK4 steps per sample (default: ``stable_substeps`` of ``theta`` on this log). The starts are
+    padded (the last repeated) to a multiple of ``START_BLOCK``, so that logs of similar lengths share one
+    compiled program; the padding is dropped."""
+    if substeps is None:
+        substeps, _ = stable_substeps(regressor, theta, [log])
+    count = len(starts)
+    padded = np.concatenate([starts, np.full(-count % START_BLOCK, starts[-1])]).astype(int)
+    x0 = np.concatenate([np.asarray(log.q)[padded], np.asarray(log.qd)[padded]], axis=1)
     stages = np.asarray(stage_torques(log.tau))
-    torques = stages[starts[:, None] + np.arange(steps)]
+    torques = stages[padded[:, None] + np.arange(steps)]
     states = simulate_segments_jit(
-        regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step, None
+        regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step, None, int(substeps)
     )
-    return np.asarray(states)
+    return np.asarray(states)[:count]
+
+
+#: ``free_simulation`` pads its starts to a multiple of this (one compiled shape for runs of similar length).
+START_BLOCK = 32
 
 
 def simulation_starts(log: FilteredLog, longest_s: float, start_every_s: float) -> tuple[np.ndarray, int]:
@@ -84,10 +97,12 @@ def free_simulation_rmse(
     theta,
     horizons_s: Sequence[float] = (0.5, 1.0, 2.0),
     start_every_s: float = 1.0,
+    substeps: int | None = None,
 ) -> dict[float, np.ndarray]:
-    """``{H: per-joint angle RMSE [rad]}`` of free simulations (module docstring)."""
+    """``{H: per-joint angle RMSE [rad]}`` of free simulations (module docstring); ``substeps``: as
+    ``free_simulation``'s."""
     starts, steps = simulation_starts(log, max(horizons_s), start_every_s)
-    states = free_simulation(log, regressor, theta, starts, steps)
+    states = free_simulation(log, regressor, theta, starts, steps, substeps)
     meas = np.asarray(log.q_raw)[starts[:, None] + np.arange(steps + 1)]
     joints = log.joints
     err = states[..., :joints] - meas
