@@ -161,7 +161,7 @@ from .kalman import extended_kalman_filter, recursive_least_squares, unscented_k
 from .logs import MeasuredLog, load_log
 from .measurement import NOISE_KINDS, add_line_noise, add_noise, line_noise_draws, noise_draws, noise_mean, noise_std
 from .reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
-from .report import summarise, write_tables
+from .report import parameter_table, summarise, write_tables
 from .spectrum import Spectrum, fourier_coefficients, line_noise_variance
 from .steady_state import PeriodicOrbit, period_map, period_sensitivities, periodic_steady_state
 from .study import RunExists

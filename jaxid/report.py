@@ -7,19 +7,23 @@ nonlinear arm), ``std_over_sqrt_crlb`` (against the bound of the estimator's own
 ``|error| <= 1.96 · reported std``), ``n_ok``, ``failed`` (trials with any non-ok status:
 simulation or estimator) and ``seconds_per_trial``. Statistics use the ok trials only; the
 failures are counted, never dropped silently.
+
+``parameter_table`` lists any estimates, from records or from logs, parameter by parameter.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .estimators.interface import ESTIMATORS
+from .types import ParameterEstimate
 
-__all__ = ["summarise", "write_tables", "read_trials", "setting_columns", "markdown_table"]
+__all__ = ["summarise", "write_tables", "read_trials", "setting_columns", "markdown_table", "parameter_table"]
 
 #: Setting keys copied into the summary so that plots can use them as axes.
 SETTING_COLUMNS = ("model", "lines", "scale", "noise", "noise_level", "measured_periods", "simulator", "label")
@@ -133,6 +137,57 @@ def write_tables(run_dir: str | Path, experiment=None) -> pd.DataFrame:
     if hist:
         pd.concat([pd.read_parquet(f) for f in hist], ignore_index=True).to_csv(run_dir / "history.csv", index=False)
     return summary
+
+
+def parameter_table(estimates, truth=None) -> pd.DataFrame:
+    """Rows ``estimator, trial, parameter, value, std, status`` (and ``truth, error, z`` with ``truth``)
+    of any estimates: from simulated records (``Estimate``, batched or not) or from logs
+    (``Identification``) alike — whatever satisfies ``jaxid.types.ParameterEstimate``.
+
+    Args:
+        estimates: one estimate, or a mapping ``{estimator name: estimate}``.
+        truth: ``{parameter: value}`` or an array in each estimate's ``names`` order (optional).
+
+    ``trial`` is the index along a batched estimate's leading axis (0 for a single estimate);
+    ``z = error / std``. Raises ``ValueError`` for an object that is not an estimate.
+    """
+    if isinstance(estimates, ParameterEstimate):
+        estimates = {"estimate": estimates}
+    rows = []
+    for name, est in estimates.items():
+        if not isinstance(est, ParameterEstimate):
+            raise ValueError(
+                f"parameter_table: {name!r} is a {type(est).__name__}, not an estimate (names, value, "
+                "covariance, std, label: jaxid.Estimate or jaxid.Identification)."
+            )
+        value = np.asarray(est.value, dtype=float)
+        std = np.asarray(est.std, dtype=float)
+        labels = np.asarray(est.label, dtype=object)
+        value, std, labels = value.reshape(-1, value.shape[-1]), std.reshape(-1, std.shape[-1]), labels.reshape(-1)
+        if truth is None:
+            true = None
+        elif isinstance(truth, Mapping):
+            true = np.asarray([truth.get(p, np.nan) for p in est.names], dtype=float)
+        else:
+            true = np.asarray(truth, dtype=float).reshape(-1)
+            if true.shape != (len(est.names),):
+                raise ValueError(f"parameter_table: truth has {true.size} values for {len(est.names)} parameters.")
+        for trial in range(value.shape[0]):
+            for j, parameter in enumerate(est.names):
+                row = {
+                    "estimator": name,
+                    "trial": trial,
+                    "parameter": parameter,
+                    "value": value[trial, j],
+                    "std": std[trial, j],
+                    "status": str(labels[trial]),
+                }
+                if true is not None:
+                    row["truth"] = true[j]
+                    row["error"] = value[trial, j] - true[j]
+                    row["z"] = row["error"] / std[trial, j] if std[trial, j] > 0 else np.nan
+                rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def markdown_table(summary: pd.DataFrame, columns=None) -> str:

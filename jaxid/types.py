@@ -201,7 +201,7 @@ class Estimate(eqx.Module):
     history: Float[Array, "n p"] | None = None
 
     @property
-    def std(self) -> Float[Array, " p"]:
+    def std(self) -> Float[Array, "*trials p"]:
         """``(…, p)`` standard deviations: the square roots of the covariance's diagonal (clipped at 0)."""
         return jnp.sqrt(jnp.clip(jnp.diagonal(self.covariance, axis1=-2, axis2=-1), 0.0, None))
 

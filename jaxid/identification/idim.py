@@ -84,6 +84,11 @@ class Identification(eqx.Module):
     def std(self) -> np.ndarray:
         return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
 
+    @property
+    def label(self) -> str:
+        """The status as result tables write it (``jaxid.types.ParameterEstimate``)."""
+        return self.status
+
     def as_dict(self) -> dict[str, float]:
         return dict(zip(self.names, np.asarray(self.value).tolist(), strict=True))
 
