@@ -114,16 +114,16 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, smoke_run, mon
     config = write_config(tmp_path / "tiny.toml")
     exp = load_config(config)
     out = tmp_path / "run"
-    real = benchmark_runner.run_estimators
+    real = benchmark_runner.run_chunk
     calls = []
 
-    def interrupted(plan, run, index, trial):
-        calls.append(trial)
-        if trial == 2:
+    def interrupted(plan, run, trials):
+        calls.extend(int(t) for t in trials)
+        if 2 in calls:
             raise KeyboardInterrupt
-        return real(plan, run, index, trial)
+        return real(plan, run, trials)
 
-    monkeypatch.setattr(benchmark_runner, "run_estimators", interrupted)
+    monkeypatch.setattr(benchmark_runner, "run_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(exp, out, progress=False)
     first = out / "chunks" / "smoke" / "00000.parquet"
@@ -131,7 +131,7 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, smoke_run, mon
     assert not json.loads((out / "manifest.json").read_text())["complete"]
     stamp = first.stat().st_mtime_ns
     calls.clear()
-    monkeypatch.setattr(benchmark_runner, "run_estimators", lambda *a: (calls.append(a[3]), real(*a))[1])
+    monkeypatch.setattr(benchmark_runner, "run_chunk", lambda *a: (calls.extend(int(t) for t in a[2]), real(*a))[1])
     run_experiment(exp, out, progress=False, figures=False)
     assert calls == [2], "only the missing chunk's trial runs again"
     assert first.stat().st_mtime_ns == stamp

@@ -16,6 +16,7 @@ The keys are listed in ``experiments/README.md`` ("The N-joint benchmark").
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ BENCHMARK_DEFAULTS: dict[str, Any] = {
     "trim_s": 0.25,  # [s] dropped at each end of the filtered log (the filter's edge transients)
     "estimators": ["idim_ls", "idim_iv", "idim_ls_consistent"],
     "estimator_trials": {},  # {estimator = n}: run a slow estimator on the first n trials only
+    "full": True,  # whether `jaxid run --full` runs this setting (Benchmark.select_full)
+    "full_estimator_trials": None,  # estimator_trials of a --full run (default: estimator_trials)
     "prior_error": 0.3,  # relative error of the prior (CAD) values the consistent fit is regularised towards
     "validation_seed": 1,  # key of the held-out validation reference (same harmonics and period)
     "trials": None,  # per-setting trial count (else the experiment's)
@@ -105,6 +108,23 @@ class Benchmark(Experiment):
             self.arm,
             self.urdf_path,
         )
+
+    def select_full(self, names: list[str] | None = None) -> Benchmark:
+        """The ``--full`` run: ``full_trials`` trials of the settings marked ``full = true`` (or of
+        ``names``), each with its ``full_estimator_trials`` where given. Raises ``ConfigError`` without
+        ``full_trials``."""
+        if self.full_trials is None:
+            raise ConfigError(f"{self.name} has no experiment.full_trials; give --trials N instead of --full.")
+        if names is None:
+            names = [s.name for s in self.settings if s["full"] and s.name != "smoke"]
+        picked = self.select(names, self.full_trials)
+        settings = []
+        for s in picked.settings:
+            values = dict(s.values)
+            if values["full_estimator_trials"] is not None:
+                values["estimator_trials"] = dict(values["full_estimator_trials"])
+            settings.append(Setting(s.name, values, s.trials, s.arm))
+        return dataclasses.replace(picked, settings=tuple(settings))
 
     def resolved(self) -> dict:
         out = Experiment.resolved(self)
@@ -288,16 +308,19 @@ def _validate(v: dict, where: str, dof: int) -> dict:
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.estimators lists an estimator twice: {names}.")
     v["estimators"] = list(names)
-    limits = v["estimator_trials"]
-    if not isinstance(limits, dict):
-        raise ConfigError(f"{where}.estimator_trials must be a table {{estimator = trials}}, got {limits!r}.")
-    for name, count in limits.items():
-        if name not in names:
-            raise ConfigError(
-                f"{where}.estimator_trials.{name}: {name!r} is not among this setting's estimators {names}."
-            )
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(f"{where}.estimator_trials.{name} must be a positive integer, got {count!r}.")
+    if not isinstance(v["full"], bool):
+        raise ConfigError(f"{where}.full must be true or false, got {v['full']!r}.")
+    for key in ("estimator_trials", "full_estimator_trials"):
+        limits = v[key]
+        if limits is None and key == "full_estimator_trials":
+            continue
+        if not isinstance(limits, dict):
+            raise ConfigError(f"{where}.{key} must be a table {{estimator = trials}}, got {limits!r}.")
+        for name, count in limits.items():
+            if name not in names:
+                raise ConfigError(f"{where}.{key}.{name}: {name!r} is not among this setting's estimators {names}.")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ConfigError(f"{where}.{key}.{name} must be a positive integer, got {count!r}.")
     trials = v["trials"]
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ConfigError(f"{where}.trials must be a positive integer, got {trials!r}.")

@@ -23,8 +23,9 @@ import pandas as pd
 
 from ..study.files import config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from ..types import require_float64
+from .batched import run_chunk
 from .config import Benchmark
-from .trial import make_plan, run_estimators, simulate_trials
+from .trial import make_plan, simulate_trials
 
 __all__ = ["run_benchmark"]
 
@@ -95,10 +96,7 @@ def _run(exp: Benchmark, out: Path, digest: str, manifest_path: Path, progress: 
             run = simulate_trials(plan, trials)
             info["simulate_seconds"] += time.perf_counter() - t0
             info["simulate_cpu_seconds"] = info.get("simulate_cpu_seconds", 0.0) + time.process_time() - c0
-            rows = []
-            for k, trial in enumerate(trials):
-                rows.extend(run_estimators(plan, run, k, int(trial)))
-            df = pd.DataFrame(rows)
+            df = pd.DataFrame(run_chunk(plan, run, trials))
             for name, g in df.groupby("estimator"):
                 for column, key in (("seconds", "estimator_seconds"), ("cpu_seconds", "estimator_cpu_seconds")):
                     totals = info.setdefault(key, {})

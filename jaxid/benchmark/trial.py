@@ -317,6 +317,14 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
             except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
                 value, cov, label = None, None, _failure(err)
             out[e] = (value, cov, label, time.perf_counter() - t0, time.process_time() - c0)
+    return estimate_rows(plan, trial, names, out)
+
+
+def estimate_rows(plan: BenchmarkPlan, trial: int, names, out: dict) -> list[dict]:
+    """The rows of one trial from ``out[estimator] = (value, covariance, status, seconds, cpu_seconds)``
+    (``value`` ``None`` for a failure): one row per parameter, a non-finite estimate or std is status
+    ``nonfinite``, the held-out RMSE for the ``ok`` ones."""
+    s = plan.setting
     rows = []
     for e in names:
         value, cov, status, seconds, cpu = out[e]

@@ -1,0 +1,259 @@
+"""The benchmark's least-squares family over a chunk of trials as one compiled program.
+
+``run_chunk`` is what the runner calls per chunk of simulated trials. For the estimators batched
+here (``BATCHED``: IDIM-LS, RLS, consistent LS) it does what ``run_estimators`` does trial by trial,
+in one program:
+
+1. **Filtering** on host, all trials at once: ``filter_signals`` (``filter_log``'s kernel) on the
+   ``(N, trials, n)`` angles and torques, then the torque's second low-pass at the regression rows.
+2. **Rows**: the parallel low-pass of the regressor at the rows ``regression_rows`` picks (the
+   default decimation, the trim) is a linear map of the ``N`` samples, ``F = lowpass(𝟙_N)[rows]``
+   (the same filter applied to the identity, built once per plan): the rows are ``F Y`` with
+   ``Y`` the regressor at every sample, computed on the device and never stored for a whole chunk.
+3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
+   loop): ``ls_kernel`` (IDIM-LS's one kernel, also ``idim_ls``'s), RLS over its weighted rows
+   (``jaxid.kalman.recursive_least_squares``), ``consistent_least_squares`` on the standard
+   regressor's weighted rows.
+
+Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
+depend on the chunk it ran in. The other estimators (IDIM-IV, EKF, output error, bounded LS) run
+trial by trial as in ``run_estimators``, started from the batched IDIM-LS estimate on a
+``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..consistency import consistent_least_squares
+from ..estimators import make_estimator
+from ..filters import lowpass
+from ..identification import FilteredLog
+from ..identification.data import _check_length, filter_signals
+from ..identification.idim import Identification, _jnp_unit_columns, default_decimation, ls_kernel
+from ..kalman import recursive_least_squares
+from ..logs import MeasuredLog
+from ..types import Status
+
+__all__ = ["BATCHED", "run_chunk", "batched_fits"]
+
+#: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
+BATCHED = ("idim_ls", "rls", "idim_ls_consistent")
+#: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.identification.idim_rls``'s defaults).
+RLS_INITIAL_COVARIANCE = 1e8
+
+
+def _rows(plan):
+    s = plan.setting
+    h, samples = s["sample_step"], int(round(plan.duration / s["sample_step"]))
+    trim = int(round(s["trim_s"] / h))
+    decimate = default_decimation(h, s["cutoff_hz"])
+    return np.arange(trim, samples - trim, decimate), trim
+
+
+@functools.lru_cache(maxsize=8)
+def _band_matrix(samples: int, sample_step: float, cutoff_hz: float, rows: tuple[int, ...]) -> np.ndarray:
+    """``F`` ``(rows, N)``: ``lowpass(x)[rows] = F x`` (the zero-phase low-pass is linear in ``x``)."""
+    return lowpass(np.eye(samples), sample_step, cutoff_hz)[list(rows)]
+
+
+def _program(plan, consistent: bool, rls: bool, ndev: int):
+    """The chunk's compiled program, one per plan and estimator set (kept on the plan)."""
+    cache = plan.__dict__.setdefault("_batched_programs", {})
+    key = (consistent, rls, ndev)
+    if key not in cache:
+        model = plan.model
+        cmap = model.consistent
+        columns = np.asarray(plan.regressor._standard)
+        keep = np.asarray(cmap.regressor.keep)
+        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, consistent, rls, ndev)
+    return cache[key]
+
+
+def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int):
+    """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
+    consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
+    standard regressor per sample serves both, low-passed once."""
+
+    def one(args):
+        band, qf, qd, qdd, y, prior = args
+        full = jnp.einsum("rk,knp->rnp", band, arm.standard_regressor(qf, qd, qdd))
+        w = full[..., columns]
+        fit = ls_kernel(w, y, True, keep_first=False)
+        p = w.shape[-1]
+        out = {
+            "ls_theta": fit.theta,
+            "ls_cov": fit.covariance,
+            "ls_rank": fit.rank,
+            "ls_first_rank": fit.first_rank,
+            "ls_condition": fit.condition,
+            "ls_residual_std": fit.residual_std,
+        }
+        # RLS and consistent LS: IDIM-LS's rows divided by its per-joint residual std (``_weighted_rows``).
+        sigma = jnp.maximum(fit.residual_std, 1e-12)
+        yw = y / sigma
+        if rls:
+            ww = w / sigma[None, :, None]
+            scale = _jnp_unit_columns(ww.reshape(-1, p))
+            a = ww / scale
+            theta, cov, _, _ = recursive_least_squares(
+                a, yw, jnp.zeros(p, w.dtype), RLS_INITIAL_COVARIANCE * jnp.eye(p, dtype=w.dtype)
+            )
+            resid = yw - jnp.einsum("njp,p->nj", a, theta)
+            variance = jnp.sum(resid**2) / max(resid.size - p, 1)
+            out["rls_theta"] = theta / scale
+            out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
+        if consistent:
+            ws = full * keep / sigma[None, :, None]
+            est = consistent_least_squares(ws, yw, consistent_arm, prior=prior)
+            out["consistent_theta"] = to_model(est.standard)
+            out["consistent_status"] = est.status
+        return out
+
+    def local(band, qf, qd, qdd, y, prior):
+        return jax.lax.map(lambda t: one((band, *t, prior)), (qf, qd, qdd, y))
+
+    if ndev > 1:
+        mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:ndev]), ("trials",))
+        spec, shared = jax.sharding.PartitionSpec("trials"), jax.sharding.PartitionSpec()
+        local = jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(shared, spec, spec, spec, spec, shared),
+            out_specs=spec,
+            check_vma=False,
+        )
+    return jax.jit(local)
+
+
+def _filtered_chunk(plan, run: dict):
+    """``(qf, qd, qdd, tau, y)`` of every trial of ``run`` (trial axis first) and the regression rows."""
+    s = plan.setting
+    h = s["sample_step"]
+    q = np.moveaxis(np.asarray(run["q"], dtype=float), 0, 1)  # (N, trials, n)
+    tau = np.moveaxis(np.asarray(run["tau"], dtype=float), 0, 1)
+    log0 = MeasuredLog(jnp.asarray(run["t"][0]), jnp.asarray(run["q"][0]), jnp.asarray(run["tau"][0]), None,
+                       f"{s.name}/trial", h, (), int(run["t"].shape[1]))  # fmt: skip
+    _check_length(log0, s["cutoff_hz"], "butterworth", None, 4, s["trim_s"])
+    qf, qd, qdd, tau_f = filter_signals(q, tau, h, s["cutoff_hz"])
+    rows, trim = _rows(plan)
+    y = lowpass(tau_f, h, s["cutoff_hz"])[rows]
+    first = (np.moveaxis(x, 1, 0) for x in (qf, qd, qdd, tau_f, y))
+    return (*first, rows, trim)
+
+
+def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
+    """The batched estimators on every trial of ``run`` (``simulate_trials``'s output): a dict of
+    host arrays with a leading trial axis (``ls_theta``, ``ls_cov``, …; ``_program``) plus the
+    filtered signals (``qf``, ``qd``, ``qdd``, ``tau``) and the ``rows``. Padded to the plan's width
+    (rounded up to the device count), so a trial's numbers do not depend on its chunk."""
+    count = run["q"].shape[0]
+    qf, qd, qdd, tau_f, y, rows, trim = _filtered_chunk(plan, run)
+    ndev = len(jax.devices())
+    width = -(-max(plan.width, count) // ndev) * ndev
+
+    def pad(x):
+        return np.concatenate([x, np.repeat(x[-1:], width - count, axis=0)]) if width > count else x
+
+    s = plan.setting
+    samples = qf.shape[1]
+    band = _band_matrix(samples, s["sample_step"], s["cutoff_hz"], tuple(int(r) for r in rows))
+    model = plan.model
+    consistent = "idim_ls_consistent" in estimators
+    program = _program(plan, consistent, "rls" in estimators, ndev)
+    cmap = model.consistent
+    prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
+    out = program(jnp.asarray(band), *(jnp.asarray(pad(x)) for x in (qf, qd, qdd, y)), prior)
+    out = {k: np.asarray(v)[:count] for k, v in out.items()}
+    out.update(qf=qf, qd=qd, qdd=qdd, tau=tau_f, rows=rows, trim=trim, samples=len(rows))
+    return out
+
+
+def _start(plan, fits: dict, k: int) -> Identification:
+    return Identification(
+        "idim_ls",
+        plan.names,
+        fits["ls_theta"][k],
+        fits["ls_cov"][k],
+        int(fits["ls_rank"][k]),
+        float(fits["ls_condition"][k]),
+        fits["ls_residual_std"][k],
+        int(fits["samples"]),
+    )
+
+
+def _log(plan, run: dict, fits: dict, k: int) -> FilteredLog:
+    s = plan.setting
+    a = jnp.asarray
+    return FilteredLog(
+        a(run["t"][k]),
+        a(run["q"][k]),
+        a(fits["qf"][k]),
+        a(fits["qd"][k]),
+        a(fits["qdd"][k]),
+        a(fits["tau"][k]),
+        a(run["tau"][k]),
+        f"{s.name}/trial",
+        s["sample_step"],
+        float(s["cutoff_hz"]),
+        "butterworth",
+        int(fits["trim"]),
+        4,
+    )
+
+
+def run_chunk(plan, run: dict, trials) -> list[dict]:
+    """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
+    indices): the ``BATCHED`` estimators in one program, the others trial by trial from the batched
+    IDIM-LS. Seconds per trial of a batched estimator are the chunk's time over its trials."""
+    from .trial import _failure, estimate_rows
+
+    s = plan.setting
+    limits = s["estimator_trials"]
+    trials = [int(t) for t in trials]
+    count = len(trials)
+    ok = np.asarray(run["status"]) == Status.SUCCESS
+    batched = [e for e in s["estimators"] if e in BATCHED]
+    t0, c0 = time.perf_counter(), time.process_time()
+    error = None
+    try:
+        fits = batched_fits(plan, run, tuple(batched) + ("idim_ls",))
+    except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
+        fits, error = None, _failure(err)
+    per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
+    rows = []
+    for k, trial in enumerate(trials):
+        names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
+        out = {}
+        if not ok[k]:
+            out = {e: (None, None, "sim_diverged", 0.0, 0.0) for e in names}
+        elif fits is None or fits["ls_first_rank"][k] < len(plan.names):
+            label = error or "rank_deficient"
+            out = {e: (None, None, label if e == "idim_ls" else "start_" + label, 0.0, 0.0) for e in names}
+        else:
+            for e in names:
+                if e == "idim_ls":
+                    out[e] = (fits["ls_theta"][k], fits["ls_cov"][k], "ok", *per_trial)
+                elif e == "rls":
+                    out[e] = (fits["rls_theta"][k], fits["rls_cov"][k], "ok", *per_trial)
+                elif e == "idim_ls_consistent":
+                    code = int(fits["consistent_status"][k])
+                    label = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(
+                        code, "failed"
+                    )
+                    out[e] = (fits["consistent_theta"][k], fits["ls_cov"][k], label, *per_trial)
+                else:
+                    t1, c1 = time.perf_counter(), time.process_time()
+                    try:
+                        est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+                        value, cov, label = est.value, est.covariance, est.status
+                    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
+                        value, cov, label = None, None, _failure(err)
+                    out[e] = (value, cov, label, time.perf_counter() - t1, time.process_time() - c1)
+        rows.extend(estimate_rows(plan, trial, names, out))
+    return rows

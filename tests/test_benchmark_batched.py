@@ -1,0 +1,86 @@
+"""The benchmark's batched least-squares family (``jaxid.benchmark.batched``) against the trial-by-trial
+path (``run_estimators``, the reference), a trial's numbers independent of its chunk, and the one
+least-squares kernel (``ls_kernel``) against an independent numpy solution.
+
+Uses the two-joint benchmark of ``tests/test_benchmark.py`` (same config, same chunk width), so the
+closed loop compiles once for both files.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_benchmark import write_config
+
+from jaxid.benchmark import load_benchmark
+from jaxid.benchmark.batched import batched_fits, run_chunk
+from jaxid.benchmark.trial import make_plan, run_estimators, simulate_trials
+from jaxid.identification.idim import _ls_kernel_jit as ls_kernel
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    config = write_config(tmp_path_factory.mktemp("batched") / "tiny.toml")
+    exp = load_benchmark(config)
+    return make_plan(exp, exp.settings[0])
+
+
+@pytest.mark.slow
+def test_batched_equals_the_trial_by_trial_path(plan):
+    """Same statuses; IDIM-LS, consistent LS and IDIM-IV (started from the batched IDIM-LS) to 1e-10
+    relative; RLS to 1e-7: its recursion from ``P₀ = 1e8 𝟙`` amplifies the rows' last-bit differences
+    (the batched rows are ``F Y``, the per-trial ones a ``sosfiltfilt`` of ``Y``: ~1e-14 apart)."""
+    trials = np.arange(2)
+    run = simulate_trials(plan, trials)
+    reference = pd.DataFrame([r for k in trials for r in run_estimators(plan, run, int(k), int(k))])
+    batched = pd.DataFrame(run_chunk(plan, run, trials))
+    assert len(reference) == len(batched)
+    key = ["trial", "estimator", "parameter"]
+    merged = reference.merge(batched, on=key, suffixes=("_ref", "_new"))
+    assert len(merged) == len(reference)
+    assert (merged.status_ref == merged.status_new).all()
+    assert (merged.status_ref == "ok").all()
+    for e, g in merged.groupby("estimator"):
+        tol = 1e-7 if e == "rls" else 1e-10
+        for column in ("estimate", "std"):
+            a, b = g[f"{column}_ref"].to_numpy(), g[f"{column}_new"].to_numpy()
+            per_trial = g.groupby("trial")[f"{column}_ref"].transform(lambda x: np.linalg.norm(x)).to_numpy()
+            assert np.max(np.abs(a - b) / per_trial) < tol, (e, column)
+        heldout = g.groupby("trial")[["heldout_rmse_ref", "heldout_rmse_new"]].first().to_numpy()
+        np.testing.assert_allclose(heldout[:, 1], heldout[:, 0], rtol=tol)
+
+
+@pytest.mark.slow
+def test_a_trial_does_not_depend_on_its_chunk(plan):
+    """Trial 1 in the chunk ``[0, 1]`` and in ``[1, 2]`` and alone (padded): the same bits."""
+    fits = [batched_fits(plan, simulate_trials(plan, np.asarray(t))) for t in ([0, 1], [1, 2], [1])]
+    where = [1, 0, 0]
+    for k in ("ls_theta", "ls_cov", "rls_theta", "consistent_theta"):
+        first = fits[0][k][where[0]]
+        for f, i in zip(fits[1:], where[1:], strict=True):
+            np.testing.assert_array_equal(f[k][i], first, err_msg=k)
+
+
+def test_ls_kernel_against_numpy():
+    """Weighted LS by its definition in numpy (normal equations of the weighted rows) and the rank of
+    a duplicated column: ``first_rank`` says so (the caller's status), no exception, no NaN in rank."""
+    rng = np.random.default_rng(0)
+    rows, n, p = 60, 2, 5
+    w = rng.normal(size=(rows, n, p)) * np.array([1.0, 10.0, 0.1, 3.0, 1.0])
+    theta = rng.normal(size=p)
+    y = np.einsum("rnp,p->rn", w, theta) + rng.normal(size=(rows, n)) * np.array([0.1, 0.5])
+    fit = ls_kernel(w, y, True, True)
+    a = w.reshape(-1, p)
+    x = np.linalg.solve(a.T @ a, a.T @ y.reshape(-1))
+    resid = y - np.einsum("rnp,p->rn", w, x)
+    sigma = np.sqrt(np.sum(resid**2, axis=0) / (rows - p / n))
+    aw = (w / sigma[None, :, None]).reshape(-1, p)
+    bw = (y / sigma).reshape(-1)
+    xw = np.linalg.solve(aw.T @ aw, aw.T @ bw)
+    rw = bw - aw @ xw
+    cov = rw @ rw / (rows * n - p) * np.linalg.inv(aw.T @ aw)
+    np.testing.assert_allclose(np.asarray(fit.theta), xw, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(fit.covariance), cov, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(fit.sigma), sigma, rtol=1e-10)
+    assert int(fit.rank) == int(fit.first_rank) == p
+    singular = np.concatenate([w, w[..., :1]], axis=-1)
+    assert int(ls_kernel(singular, y, True, True).first_rank) == p
