@@ -312,3 +312,36 @@ def test_bad_inputs_raise_before_compiling(ur5):
         C.consistent_least_squares(w, y, ur5, prior=np.zeros(3))
     with pytest.raises(ValueError, match="14 n entries"):
         C.is_physically_consistent(np.zeros(13))
+
+
+def test_covariance_is_least_squares_on_the_active_face(ur5, regression):
+    """Data from an arm with a negative viscous friction fv3 (the truth's links well inside): the
+    constrained optimum has fv3 = 0 and nothing else active, so it *is* the regularised least
+    squares without the fv3 column, and its covariance must be that least squares' sandwich
+    ``σ̂² A W'ᵀW' A`` (``A = (W'ᵀW' + λ𝟙)⁻¹``, ``σ̂² = cost / (rows − tr(A W'ᵀW'))``), fv3's row 0."""
+    n = ur5.dof
+    w, _, _ = regression["sets"]["rich"]  # the fits' shape: the same compiled solver
+    truth = np.asarray(C.project_to_consistent(regression["truth"], floor=1e-2))  # links well inside
+    fv3 = 11 * n + 2
+    data_truth = truth.copy()
+    data_truth[fv3] = -0.3
+    y = w @ data_truth + 0.01 * np.random.default_rng(7).standard_normal(len(w))
+    est = C.consistent_least_squares(w, y, ur5, prior=truth)
+    assert int(est.status) == Status.CONVERGED
+    assert int(est.active) == 1
+    keep = np.arange(w.shape[1]) != fv3
+    lam = float(est.regularisation)
+    wk = w[:, keep]
+    gram = wk.T @ wk
+    a = np.linalg.inv(gram + lam * np.eye(len(gram)))
+    reduced = a @ (wk.T @ y + lam * truth[keep])
+    np.testing.assert_allclose(np.asarray(est.standard)[keep], reduced, rtol=0, atol=1e-6 * np.max(np.abs(reduced)))
+    assert abs(float(est.standard[fv3])) <= 1e-6
+    cost = np.sum((wk @ reduced - y) ** 2)
+    expected = cost / (len(w) - np.trace(a @ gram)) * a @ gram @ a
+    cov = np.asarray(est.covariance)
+    assert np.max(np.abs(cov[fv3])) <= 1e-9 * np.max(np.abs(expected))
+    # The identified combinations (the base parameters' K) to 1e-6 of their largest entry.
+    k = regression["base"]
+    got, want = k @ cov @ k.T, k[:, keep] @ expected @ k[:, keep].T
+    assert np.max(np.abs(got - want)) <= 1e-6 * np.max(np.abs(want))

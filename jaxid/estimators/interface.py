@@ -217,7 +217,7 @@ class IdimLS(_AbstractRegression):
     ``constraint`` (logs only): ``"none"``; ``"sign"`` — bounded least squares with the model's
     ``nonnegative`` parameters ``≥ 0``; ``"consistent"`` — IDIM-LS's weighted rows fitted over
     physically consistent standard parameters (``jaxid.consistency``, log-Cholesky, no SDP solver;
-    needs the model's ``ConsistentMap``; covariance reported: IDIM-LS's).
+    needs the model's ``ConsistentMap``; covariance: the constrained problem's own).
     """
 
     name: ClassVar[str] = "idim_ls"

@@ -103,24 +103,27 @@ def idim_ls_consistent(
     ``consistent`` is the model's ``ConsistentMap`` (standard regressor, arm, prior, ``φ → θ``); the
     rows and weights are ``start``'s (IDIM-LS). ``consistent_least_squares`` (log-Cholesky
     coordinates, no SDP solver; ``options`` go to it) returns ``φ̂``, mapped to ``θ``. The covariance
-    reported is IDIM-LS's (the constrained estimator has no closed-form one); the status says
-    whether the solver converged.
+    is its own: the constrained problem's (``ConsistentEstimate.covariance``: least squares on the
+    tangent space of the active face, residual variance of the weighted rows), mapped to ``θ`` by
+    the Jacobian of ``to_model``; the status says whether the certified duality gap met its tolerance.
     """
     names = tuple(names)
     est = consistent_estimate(logs, consistent, start=start, decimate=decimate, known=known, **options)
     theta = np.asarray(consistent.to_model(est.standard), dtype=float)
+    jacobian = np.asarray(jax.jacfwd(consistent.to_model)(est.standard), dtype=float)
+    covariance = jacobian @ np.asarray(est.covariance, dtype=float) @ jacobian.T
     status = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(int(est.status), "failed")
     return Identification(
         "idim_ls_consistent",
         names,
         theta,
-        np.asarray(start.covariance),
+        covariance,
         start.rank,
         start.condition,
         np.asarray(start.residual_std),
         start.samples,
         int(est.iterations),
-        f"duality gap {float(est.duality_gap):.3g} of cost {float(est.cost):.3g}",
+        f"duality gap {float(est.duality_gap):.3g} of cost {float(est.cost):.3g}, {int(est.active)} active constraints",
         status,
         np.asarray(est.standard, dtype=float),
     )
