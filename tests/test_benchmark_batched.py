@@ -84,3 +84,22 @@ def test_ls_kernel_against_numpy():
     assert int(fit.rank) == int(fit.first_rank) == p
     singular = np.concatenate([w, w[..., :1]], axis=-1)
     assert int(ls_kernel(singular, y, True, True).first_rank) == p
+
+
+def test_full_run_picks_the_marked_settings(tmp_path):
+    """``--full`` (``Benchmark.select_full``): the settings marked ``full`` (not ``smoke``), ``full_trials``
+    each, ``full_estimator_trials`` where given, chunks of at least ``FULL_CHUNK``; a bad key is one line."""
+    from jaxid.benchmark.config import FULL_CHUNK
+    from jaxid.config import ConfigError
+
+    text = write_config(tmp_path / "a.toml").read_text()
+    text = text.replace("chunk = 2", "chunk = 2\nfull_trials = 7")
+    text += "\n[settings.rich]\nfull_estimator_trials = {idim_iv = 3}\n\n[settings.designed]\nfull = false\n"
+    (tmp_path / "b.toml").write_text(text)
+    full = load_benchmark(tmp_path / "b.toml").select_full()
+    assert [s.name for s in full.settings] == ["rich"]
+    assert full.settings[0].trials == 7 and full.chunk == FULL_CHUNK
+    assert full.settings[0]["estimator_trials"] == {"idim_iv": 3}
+    (tmp_path / "c.toml").write_text(text.replace("full = false", 'full = "no"'))
+    with pytest.raises(ConfigError, match="full must be true or false"):
+        load_benchmark(tmp_path / "c.toml")
