@@ -13,10 +13,11 @@ is recorded and the next one still runs; the JSON is rewritten after every stage
    a run cut short by the time limit reports the chunks it finished.
 4. ``nbench``: the N-joint benchmark, ``experiments/benchmark_panda.toml``'s ``consistency_rich``
    setting (seven joints, 69 base parameters): ``make_plan`` (the closed loop compiled at the
-   chunk's width), ``simulate_trials`` up to 10^4 trials in calls of 5000, then the benchmark's
-   estimators (IDIM-LS, RLS, consistent LS, IDIM-IV through ``run_estimators``, the runner's path)
-   on the first chunk's trials until the stage's time is spent: trials done, seconds, trials per
-   second, statuses, RMSE against the Cramér–Rao bound. Figures are saved after every call, so a
+   chunk's width), then chunk by chunk (1000 trials, up to 10^4): ``simulate_trials`` and the
+   benchmark's estimators on the chunk as the runner runs them (``jaxid.benchmark.batched.run_chunk``:
+   IDIM-LS, RLS and consistent LS batched, IDIM-IV trial by trial on the first 20 trials) while the
+   stage's time lasts: trials done, seconds, trials per second, statuses, RMSE against the
+   Cramér–Rao bound, coverage. Figures are saved after every call, so a
    stage cut short by its limit reports what it finished.
 
     python scripts/gpu_check.py --out gpu_check.json [--cpu] [--budget 540]
@@ -55,9 +56,10 @@ SIZES = {
         study_chunk=25_000,
         nbench_arm="panda",
         nbench_trials=10_000,
-        nbench_chunk=5_000,
+        nbench_chunk=1_000,
         nbench_overrides={},
         nbench_estimators=("idim_ls", "rls", "idim_ls_consistent", "idim_iv"),
+        nbench_iv_trials=20,
         caps=dict(device=70, simulate=130, study=130, nbench=190),
     ),
     "cpu": dict(
@@ -76,6 +78,7 @@ SIZES = {
         nbench_chunk=2,
         nbench_overrides=dict(period=4.0, harmonics=3),  # test_benchmark's shapes: shared compiles
         nbench_estimators=("idim_ls", "rls"),
+        nbench_iv_trials=0,
         caps=dict(device=60, simulate=50, study=60, nbench=60),
     ),
 }
@@ -333,8 +336,12 @@ def nbench_experiment(size: dict, arm: str = "panda"):
     raw["experiment"].update(name="gpu_check_nbench", trials=size["nbench_trials"], chunk=size["nbench_chunk"])
     raw["experiment"].pop("full_trials", None)
     raw["settings"] = {NBENCH_SETTING: raw["settings"][NBENCH_SETTING]}
+    for table in (raw["defaults"], raw["settings"][NBENCH_SETTING]):  # --full's keys: not this run's
+        table.pop("full_estimator_trials", None)
+        table.pop("full", None)
     raw["defaults"].update(size["nbench_overrides"])
-    raw["defaults"].update(estimators=list(size["nbench_estimators"]), estimator_trials={})
+    limits = {"idim_iv": size["nbench_iv_trials"]} if "idim_iv" in size["nbench_estimators"] else {}
+    raw["defaults"].update(estimators=list(size["nbench_estimators"]), estimator_trials=limits)
     return parse_benchmark(raw, source=str(NBENCH_CONFIG))
 
 
@@ -380,9 +387,9 @@ def nbench_estimator_summary(rows: list[dict], plan) -> dict:
 
 
 def stage_nbench(size: dict, budget: float, save, arm: str = "panda") -> dict:
-    """make_plan, then ``simulate_trials`` in calls of ``chunk`` trials up to ``nbench_trials`` (each
-    call timed; the plan compiles the loop at that width), then the benchmark's estimators
-    (``run_estimators``, the runner's path) on the first chunk's trials until the time is spent."""
+    """make_plan, then chunk by chunk: ``simulate_trials`` (``chunk`` trials per call, up to
+    ``nbench_trials``; the plan compiles the loop at that width) and the benchmark's estimators on the
+    chunk (``run_chunk``, the runner's path) while the time lasts; each call timed."""
     jax = _enable_x64()
     import numpy as np
 
@@ -416,13 +423,18 @@ def stage_nbench(size: dict, budget: float, save, arm: str = "panda") -> dict:
     out["trajectory_diverged"] = plan.info.get("trajectory_diverged")
     save(out)
 
-    # Closed-loop simulation, chunk by chunk (one compiled program, already compiled by the plan).
+    # Chunk by chunk: the closed loop (one compiled program, already compiled by the plan), then the
+    # benchmark's estimators on that chunk as the runner runs them (``jaxid.benchmark.batched.run_chunk``:
+    # the least-squares family batched, IDIM-IV trial by trial on the first ``nbench_iv_trials``), while
+    # the time lasts; later chunks are then only simulated (timed).
+    from jaxid.benchmark.batched import run_chunk
+
     sim = {"calls": [], "trials": 0, "seconds": 0.0, "cpu_seconds": 0.0, "statuses": {}}
-    out["simulate"] = sim
-    first_run = None
-    sim_deadline = t_stage + 0.6 * (deadline - t_stage)  # the rest for the estimators
+    est = {"chunks": [], "trials_done": 0, "wall_s": 0.0, "cpu_s": 0.0}
+    out["simulate"], out["estimators"] = sim, est
+    rows: list[dict] = []
     for start in range(0, s.trials, plan.width):
-        if sim["calls"] and time.perf_counter() + sim["calls"][-1]["seconds"] > sim_deadline:
+        if sim["calls"] and time.perf_counter() + sim["calls"][-1]["seconds"] > deadline:
             break
         trials = np.arange(start, min(start + plan.width, s.trials))
         t0, c0 = time.perf_counter(), time.process_time()
@@ -436,29 +448,21 @@ def stage_nbench(size: dict, budget: float, save, arm: str = "panda") -> dict:
             label = Status.label(code)
             sim["statuses"][label] = sim["statuses"].get(label, 0) + int(count)
         sim["trials_per_s"] = sim["trials"] / sim["seconds"]
-        if first_run is None:
-            first_run = run  # the estimators' trials; later chunks are only timed
-        del run
         save(out)
-
-    # The estimators as the benchmark runs them, trial by trial on the first chunk, until the deadline.
-    est = {"trials_done": 0, "wall_s": 0.0, "cpu_s": 0.0, "trial_seconds": []}
-    out["estimators"] = est
-    rows: list[dict] = []
-    t_est, c_est = time.perf_counter(), time.process_time()
-    for k in range(len(first_run["status"]) if first_run is not None else 0):
-        last = est["trial_seconds"][-1] if est["trial_seconds"] else 0.0
-        if est["trials_done"] and time.perf_counter() + last > deadline:
-            break
-        t0 = time.perf_counter()
-        rows.extend(bench.run_estimators(plan, first_run, k, k))
-        est["trial_seconds"].append(time.perf_counter() - t0)
-        est["trials_done"] += 1
-        est["wall_s"] = time.perf_counter() - t_est
-        est["cpu_s"] = time.process_time() - c_est
-        if est["trials_done"] > 1:  # the first trial holds the estimators' compiles
-            est["trials_per_s_after_first"] = (est["trials_done"] - 1) / sum(est["trial_seconds"][1:])
-        est["per_estimator"] = nbench_estimator_summary(rows, plan)
+        last = est["chunks"][-1]["seconds"] if est["chunks"] else 0.0
+        if not est["chunks"] or time.perf_counter() + last <= deadline:
+            t0, c0 = time.perf_counter(), time.process_time()
+            rows.extend(run_chunk(plan, run, trials))
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            est["chunks"].append({"trials": len(trials), "seconds": seconds, "cpu_seconds": cpu})
+            est["trials_done"] += len(trials)
+            est["wall_s"] += seconds
+            est["cpu_s"] += cpu
+            if len(est["chunks"]) > 1:  # the first chunk holds the estimators' compiles
+                later = est["chunks"][1:]
+                est["trials_per_s_after_first"] = sum(c["trials"] for c in later) / sum(c["seconds"] for c in later)
+            est["per_estimator"] = nbench_estimator_summary(rows, plan)
+        del run
         save(out)
     out["heldout_truth_rmse"] = plan.heldout_truth
     out["wall_s"] = time.perf_counter() - t_stage
