@@ -9,6 +9,11 @@ then predict to ``n + 1``:
   exact Kalman filter (tested);
 - ``unscented_kalman_filter(...)`` — the same interface with the unscented transform.
 
+Both take an optional ``update_limit(mean, proposed) -> (n,)`` factors in ``[0, 1]`` that scale the
+gain's rows (a damped update: the model's own rule keeps the state where the model is defined, e.g.
+a positive definite mass matrix); the covariance is then that of the scaled gain (Joseph form,
+exact for any gain), so the filter stays consistent with what it did.
+
 - ``recursive_least_squares(y, z, θ0, P0)`` — vector RLS with forgetting (a Kalman filter of a
   constant state), a ``lax.scan`` over ``_rls_update``.
 
@@ -58,16 +63,28 @@ def _gaussian_log_density(resid, innovation_cov):
     return -0.5 * (white @ white) - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * resid.shape[0] * jnp.log(2 * jnp.pi)
 
 
-def _condition(mean, cov, y_pred, cross, innovation_cov, y):
+def _limited_gain(gain, mean, resid, update_limit):
+    """The gain with its rows scaled by ``update_limit(mean, mean + gain @ resid)`` (or as is)."""
+    if update_limit is None:
+        return gain
+    return update_limit(mean, mean + gain @ resid)[:, None] * gain
+
+
+def _condition(mean, cov, y_pred, cross, innovation_cov, y, update_limit=None):
     """Kalman update from the predicted emission moments (shared by the EKF and the UKF).
 
-    ``cross = Cov(x, y)``; returns the conditioned mean and covariance and the log-likelihood.
+    ``cross = Cov(x, y)``; returns the conditioned mean and covariance and the log-likelihood. With
+    a limited (scaled) gain ``K`` the covariance is ``P − K Cᵀ − C Kᵀ + K S Kᵀ``, that of the
+    update actually made (``P − K S Kᵀ`` for the optimal gain).
     """
     gain = linalg.solve(innovation_cov, cross.T).T
     resid = y - y_pred
-    mean = mean + gain @ resid
-    cov = _symmetrise(cov - gain @ innovation_cov @ gain.T)
-    return mean, cov, _gaussian_log_density(resid, innovation_cov)
+    if update_limit is None:
+        cov = cov - gain @ innovation_cov @ gain.T
+    else:
+        gain = _limited_gain(gain, mean, resid, update_limit)
+        cov = cov - gain @ cross.T - cross @ gain.T + gain @ innovation_cov @ gain.T
+    return mean + gain @ resid, _symmetrise(cov), _gaussian_log_density(resid, innovation_cov)
 
 
 def _value_and_jacobian(f, x):
@@ -81,12 +98,13 @@ def _value_and_jacobian(f, x):
     return value, jac
 
 
-def _ekf_condition(mean, cov, h, R, y):
+def _ekf_condition(mean, cov, h, R, y, update_limit=None):
     y_pred, jac = _value_and_jacobian(h, mean)
     innovation_cov = _symmetrise(jac @ cov @ jac.T + R)
     gain = linalg.solve(innovation_cov, jac @ cov).T
     resid = y - y_pred
-    # Joseph form: stays symmetric positive semi-definite in long runs.
+    gain = _limited_gain(gain, mean, resid, update_limit)
+    # Joseph form: stays symmetric positive semi-definite in long runs, and is exact for any gain.
     a = jnp.eye(mean.shape[0]) - gain @ jac
     new_cov = _symmetrise(a @ cov @ a.T + gain @ R @ gain.T)
     return mean + gain @ resid, new_cov, _gaussian_log_density(resid, innovation_cov)
@@ -129,6 +147,7 @@ def extended_kalman_filter(
     inputs: Array | None = None,
     *,
     return_covariances: bool = False,
+    update_limit: Callable[[Array, Array], Array] | None = None,
 ) -> FilterResult:
     """First-order extended Kalman filter.
 
@@ -136,11 +155,13 @@ def extended_kalman_filter(
     ``v ~ N(0, R)``; ``x_0 ~ N(m0, P0)``. At each ``t`` it conditions on ``y_t`` (Joseph form),
     then predicts with ``u_t``; Jacobians by ``jax.jacfwd``. ``inputs`` is a pytree with leading
     axis ``T`` (or ``None``). ``return_covariances`` (static) keeps the ``(T, n, n)``
-    covariances. Pure; ``jit``/``vmap``-compatible.
+    covariances. ``update_limit(mean, proposed)`` (optional, module docstring): ``(n,)`` factors in
+    ``[0, 1]`` on the gain's rows, the covariance that of the scaled gain. Pure;
+    ``jit``/``vmap``-compatible.
     """
     inputs = _default_inputs(emissions, inputs)
     return _run_filter(
-        lambda m, P, y: _ekf_condition(m, P, h, R, y),
+        lambda m, P, y: _ekf_condition(m, P, h, R, y, update_limit),
         lambda m, P, u: _ekf_predict(m, P, f, Q, u),
         m0,
         P0,
@@ -171,7 +192,7 @@ def _ukf_predict(mean, cov, f, Q, u, alpha, beta, kappa):
     return new_mean, _symmetrise(dev.T @ (wc[:, None] * dev) + Q)
 
 
-def _ukf_condition(mean, cov, h, R, y, alpha, beta, kappa):
+def _ukf_condition(mean, cov, h, R, y, alpha, beta, kappa, update_limit=None):
     points, wm, wc = _sigma_points(mean, cov, alpha, beta, kappa)
     ys = jax.vmap(h)(points)
     y_pred = wm @ ys
@@ -179,7 +200,7 @@ def _ukf_condition(mean, cov, h, R, y, alpha, beta, kappa):
     dx = points - mean
     innovation_cov = _symmetrise(dy.T @ (wc[:, None] * dy) + R)
     cross = dx.T @ (wc[:, None] * dy)
-    return _condition(mean, cov, y_pred, cross, innovation_cov, y)
+    return _condition(mean, cov, y_pred, cross, innovation_cov, y, update_limit)
 
 
 def unscented_kalman_filter(
@@ -196,15 +217,16 @@ def unscented_kalman_filter(
     beta: float = 2.0,
     kappa: float = 0.0,
     return_covariances: bool = False,
+    update_limit: Callable[[Array, Array], Array] | None = None,
 ) -> FilterResult:
     """Unscented Kalman filter, same model and interface as ``extended_kalman_filter``.
 
     ``2n + 1`` sigma points with Wan–van der Merwe weights (``alpha``, ``beta``, ``kappa``
-    static). Exact for a linear-Gaussian model, like the EKF.
+    static). Exact for a linear-Gaussian model, like the EKF; ``update_limit`` as there.
     """
     inputs = _default_inputs(emissions, inputs)
     return _run_filter(
-        lambda m, P, y: _ukf_condition(m, P, h, R, y, alpha, beta, kappa),
+        lambda m, P, y: _ukf_condition(m, P, h, R, y, alpha, beta, kappa, update_limit),
         lambda m, P, u: _ukf_predict(m, P, f, Q, u, alpha, beta, kappa),
         m0,
         P0,

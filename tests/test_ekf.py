@@ -1,5 +1,6 @@
 """EKF/UKF cores and the arm filters (jaxid.estimators.ekf)."""
 
+import dataclasses
 import math
 
 import jax
@@ -16,8 +17,9 @@ UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 TRUTH = np.array([5.0, 1.5, 5.0, 2.0])
 
 
-def _kalman_filter(A, B, C, Q, R, m0, P0, ys, us):
-    """Textbook Kalman filter in NumPy: condition on y_t, then predict with u_t."""
+def _kalman_filter(A, B, C, Q, R, m0, P0, ys, us, factors=None):
+    """Textbook Kalman filter in NumPy: condition on y_t, then predict with u_t. ``factors``: the
+    gain's rows scaled by them, the covariance by the Joseph form of that gain."""
     m, P = np.array(m0), np.array(P0)
     means, covs, ll = [], [], 0.0
     for y, u in zip(ys, us, strict=True):
@@ -25,8 +27,14 @@ def _kalman_filter(A, B, C, Q, R, m0, P0, ys, us):
         K = P @ C.T @ np.linalg.inv(S)
         r = y - C @ m
         ll += -0.5 * r @ np.linalg.solve(S, r) - 0.5 * np.log(np.linalg.det(2 * np.pi * S))
-        m = m + K @ r
-        P = P - K @ S @ K.T
+        if factors is None:
+            m = m + K @ r
+            P = P - K @ S @ K.T
+        else:
+            K = np.asarray(factors)[:, None] * K
+            m = m + K @ r
+            a = np.eye(len(m)) - K @ C
+            P = a @ P @ a.T + K @ R @ K.T
         means.append(m)
         covs.append(P)
         m = A @ m + B @ u
@@ -73,6 +81,54 @@ def test_filter_on_linear_gaussian_model_is_exact_kalman(linear_model, core):
     np.testing.assert_allclose(out.filtered_covariances, covs, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(out.final_mean, means[-1], rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(out.log_likelihood, ll, rtol=1e-10)
+
+
+@pytest.mark.parametrize("core", ["ekf", "ukf"])
+def test_limited_update_has_the_covariance_of_its_gain(linear_model, core):
+    # update_limit scales the gain's rows; the filter's covariance must be that of the gain it used
+    # (the Joseph form, exact for any gain): against the textbook filter with the scaled gain.
+    A, B, C, Q, R, m0, P0, ys, us = linear_model
+    factors = np.array([1.0, 0.5, 0.0, 0.25])
+    means, covs, _ = _kalman_filter(*linear_model, factors=factors)
+    run = ekf_mod.extended_kalman_filter if core == "ekf" else ekf_mod.unscented_kalman_filter
+    out = run(
+        lambda x, u: jnp.asarray(A) @ x + jnp.asarray(B) @ u,
+        lambda x: jnp.asarray(C) @ x,
+        jnp.asarray(Q),
+        jnp.asarray(R),
+        jnp.asarray(m0),
+        jnp.asarray(P0),
+        jnp.asarray(ys),
+        jnp.asarray(us),
+        return_covariances=True,
+        update_limit=lambda mean, proposed: jnp.asarray(factors),
+    )
+    np.testing.assert_allclose(out.filtered_means, means, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(out.filtered_covariances, covs, rtol=1e-9, atol=1e-11)
+
+
+def test_mass_limit_keeps_the_mass_matrix_positive_definite():
+    # A two-joint model with the constant mass matrix [[θ0, θ2], [θ2, θ1]] (torque linear in θ):
+    # smallest eigenvalue (θ0 + θ1)/2 − sqrt(((θ0 − θ1)/2)² + θ2²), so from θ = (1, 1, 0) an update
+    # to θ2 = 3 has the eigenvalue 1 − 3α at the fraction α.
+    from jaxid.identification.kalman import _mass_basis, _mass_limit
+
+    def regressor(q, qd, qdd):
+        return jnp.array([[qdd[0], 0.0, qdd[1]], [0.0, qdd[1], qdd[0]]])
+
+    basis, constant = _mass_basis(regressor, None, jnp.zeros((4, 2)), 3)  # the same at any angles
+    np.testing.assert_array_equal(np.einsum("kpij,p->kij", basis, [1.0, 2.0, 0.5])[0], [[1.0, 0.5], [0.5, 2.0]])
+    state = jnp.array([0.1, -0.2, 0.3, 0.4])  # (q, q'): updated in full whatever the limit
+    mean = jnp.concatenate([state, jnp.array([1.0, 1.0, 0.0])])
+    proposed = jnp.concatenate([state + 0.01, jnp.array([1.0, 1.0, 3.0])])
+    # Floor 0.5: 1 − 3α > 0.5 for α < 1/6, so the largest fraction tried (1, 1/2, …, 1/16, 0) is 1/8.
+    factors = np.asarray(_mass_limit(basis, constant, 0.5, 2)(mean, proposed))
+    np.testing.assert_array_equal(factors, [1, 1, 1, 1, 0.125, 0.125, 0.125])
+    # Floor 0.9: α < 1/30, so 0 (θ stays); no floor (-inf): the whole update.
+    assert np.asarray(_mass_limit(basis, constant, 0.9, 2)(mean, proposed))[-1] == 0.0
+    assert np.asarray(_mass_limit(basis, constant, -jnp.inf, 2)(mean, proposed))[-1] == 1.0
+    # Back from θ2 = 3 (indefinite) towards 0: eigenvalue 1 − 3 (1 − α) > 0.5 only at α = 1.
+    assert np.asarray(_mass_limit(basis, constant, 0.5, 2)(proposed, mean))[-1] == 1.0
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +211,45 @@ def test_bad_initial_guess_shape(short):
     arm, ex, rec = short
     with pytest.raises(ValueError, match="initial_guess"):
         ekf_mod.ekf(rec, ex, arm, unknowns=UNKNOWNS, initial_guess=(1.0, 2.0))
+
+
+def _lab_regressor():
+    from _simulated_log import true_arm
+
+    arm = true_arm()
+    base = jaxid.base_parameters(arm)
+
+    def regressor(q, qd, qdd):
+        return jaxid.base_regressor(arm, q, qd, qdd, base)
+
+    return arm, base, regressor
+
+
+def test_kalman_filter_batch_equals_each_trial_alone(tmp_path):
+    # Two trials (the simulated lab log with two noise draws) in one call of the batched filter: each
+    # equals kalman_filter_fit on its own log, and a trial whose filter diverges (a NaN start) is a
+    # ValueError in its slot, the other trials unaffected.
+    from _simulated_log import log_frame, simulate
+
+    from jaxid.identification import filter_log, idim_ls
+    from jaxid.identification.kalman import kalman_filter_batch, kalman_filter_fit
+
+    arm, base, regressor = _lab_regressor()
+    run = simulate(arm, duration=1.5)
+    logs = []
+    for seed in (0, 1):
+        path = tmp_path / f"trial{seed}.parquet"
+        log_frame(*run, seed=seed).to_parquet(path, index=False)
+        logs.append(filter_log(jaxid.load_log(path), 20.0))
+    names = base.names
+    starts = [idim_ls([d], regressor, names) for d in logs]
+    batch = kalman_filter_batch(logs, regressor, names, starts=starts)
+    for d, start, got in zip(logs, starts, batch, strict=True):
+        alone = kalman_filter_fit([d], regressor, names, start=start)
+        np.testing.assert_allclose(got.value, alone.value, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got.covariance, alone.covariance, rtol=1e-7, atol=1e-15)
+        np.testing.assert_allclose(got.residual_std, alone.residual_std, rtol=1e-7)
+    broken = dataclasses.replace(starts[0], value=np.full(len(names), np.nan))
+    mixed = kalman_filter_batch(logs, regressor, names, starts=[broken, starts[1]])
+    assert isinstance(mixed[0], ValueError) and "diverged" in str(mixed[0])
+    np.testing.assert_allclose(mixed[1].value, batch[1].value, rtol=1e-9, atol=1e-12)
