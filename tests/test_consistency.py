@@ -345,3 +345,16 @@ def test_covariance_is_least_squares_on_the_active_face(ur5, regression):
     k = regression["base"]
     got, want = k @ cov @ k.T, k[:, keep] @ expected @ k[:, keep].T
     assert np.max(np.abs(got - want)) <= 1e-6 * np.max(np.abs(want))
+    # Residuals correlated over neighbouring samples: the Newey–West (Bartlett) sandwich over samples
+    # of n rows (the joints), here written out for the reduced least squares.
+    lags = 2
+    est = C.consistent_least_squares(
+        w.reshape(-1, n, w.shape[1]), y.reshape(-1, n), ur5, prior=truth, correlation_lags=lags
+    )
+    scores = np.einsum("tjs,tj->ts", wk.reshape(-1, n, wk.shape[1]), (y - wk @ reduced).reshape(-1, n))
+    meat = scores.T @ scores
+    for lag in range(1, lags + 1):
+        meat += (1 - lag / (lags + 1)) * (scores[lag:].T @ scores[:-lag] + scores[:-lag].T @ scores[lag:])
+    expected = len(w) / (len(w) - np.trace(a @ gram)) * a @ meat @ a
+    got, want = k @ np.asarray(est.covariance) @ k.T, k[:, keep] @ expected @ k[:, keep].T
+    assert np.max(np.abs(got - want)) <= 1e-6 * np.max(np.abs(want))

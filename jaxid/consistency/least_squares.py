@@ -349,7 +349,22 @@ def _duality_gap(phi: Array, r: Array, c: Array) -> Array:
 ACTIVE_TOLERANCE = 1e-5
 
 
-def _constrained_covariance(phi: Array, r: Array, lam: Array, data_cost: Array, rows: int) -> tuple[Array, Array]:
+def _bartlett_meat(w: Array, residual: Array, block: int, lags: int) -> Array:
+    """``Σ_{|l| ≤ L} (1 − |l|/(L+1)) Σ_t g_t g_{t+l}ᵀ`` ``(s, s)``, ``g_t = W_tᵀ e_t`` the score of the
+    ``t``-th block of ``block`` rows (one sample time: its joints): the Newey–West (Bartlett) estimate
+    of the covariance of ``Wᵀ e`` when the residuals of neighbouring samples are correlated (filtered
+    rows decimated at a few rows per cut-off period), ``L = lags`` samples."""
+    scores = jnp.einsum("tbs,tb->ts", w.reshape(-1, block, w.shape[-1]), residual.reshape(-1, block))
+    meat = scores.T @ scores
+    for lag in range(1, lags + 1):
+        cross = scores[lag:].T @ scores[:-lag]
+        meat = meat + (1.0 - lag / (lags + 1.0)) * (cross + cross.T)
+    return meat
+
+
+def _constrained_covariance(
+    phi: Array, r: Array, lam: Array, data_cost: Array, rows: int, correlated: tuple | None = None
+) -> tuple[Array, Array]:
     """``(covariance (s, s), active count)`` of the constrained estimate ``φ̂`` of
     ``min ‖W φ − y‖² + λ ‖φ − φ_prior‖²`` over the consistent set, ``RᵀR = WᵀW + λ𝟙``.
 
@@ -361,6 +376,8 @@ def _constrained_covariance(phi: Array, r: Array, lam: Array, data_cost: Array, 
     ``A = Π (Π H Π + 𝟙 − Π)⁻¹ Π`` (the inverse of ``H = RᵀR`` on that space):
     ``cov = σ̂² A WᵀW A`` (a sandwich: ``λ`` is not data), ``σ̂² = data_cost / (rows − tr(A WᵀW))``.
     With no active constraint this is least squares' ``σ̂² (WᵀW)⁻¹`` on the identified combinations.
+    ``correlated = (W, e, block, lags)``: the meat ``σ̂² WᵀW`` is replaced by ``_bartlett_meat`` (times
+    ``rows / (rows − tr(A WᵀW))``), for residuals correlated over ``lags`` neighbouring samples.
     What it leaves out: the variance of *whether* a constraint is active (an estimate that hits the
     boundary by noise has a truncated, not Gaussian, law there); the benchmark's coverage column
     measures what that costs."""
@@ -392,7 +409,10 @@ def _constrained_covariance(phi: Array, r: Array, lam: Array, data_cost: Array, 
     inverse = projector @ jnp.linalg.inv(projector @ hessian @ projector + jnp.eye(s) - projector) @ projector
     inverse = 0.5 * (inverse + inverse.T)
     dof = jnp.maximum(rows - jnp.trace(inverse @ gram), 1.0)
-    covariance = data_cost / dof * inverse @ gram @ inverse
+    if correlated is None:
+        covariance = data_cost / dof * inverse @ gram @ inverse
+    else:
+        covariance = rows / dof * inverse @ _bartlett_meat(*correlated) @ inverse
     return 0.5 * (covariance + covariance.T), jnp.sum(normal).astype(jnp.int32)
 
 
@@ -411,6 +431,7 @@ def consistent_least_squares(
     atol: float = 1e-14,
     max_steps: int = 5_000,
     gap_tolerance: float = DEFAULT_GAP_TOLERANCE,
+    correlation_lags: int = 0,
 ) -> ConsistentEstimate:
     """Physically consistent least squares of a ``SerialArm``'s standard parameters, no SDP solver.
 
@@ -456,6 +477,11 @@ def consistent_least_squares(
         gap_tolerance: ``"interior_point"`` stops (``CONVERGED``) when the certified duality gap is
             below ``gap_tolerance`` times the unconstrained minimum of the cost (default
             ``DEFAULT_GAP_TOLERANCE = 1e-10``; the other solvers report the gap, not stop on it).
+        correlation_lags: ``L`` for the covariance: 0 (default) for independent residuals, else the
+            number of neighbouring samples (the regressor's first axis; its middle axes, e.g. the
+            joints, are one sample) over which residuals are correlated: a Newey–West (Bartlett)
+            sandwich (``_bartlett_meat``). Filtered rows decimated at ``4 f_c``: ``L = 4``, one cut-off
+            period (on the UR5 and Panda benchmarks the lag-1 residual autocorrelation is 0.6).
 
     Returns a ``ConsistentEstimate`` (estimate, consistency flag, costs, the unconstrained
     solution, iterations, status).
@@ -482,6 +508,8 @@ def consistent_least_squares(
         start = jnp.asarray(start, dtype=float)
         if start.shape != (s,):
             raise ValueError(f"start must have shape ({s},) (the arm's standard_names), got {start.shape}.")
+    if int(correlation_lags) < 0:
+        raise ValueError(f"correlation_lags must be a non-negative number of samples, got {correlation_lags!r}.")
     if not isinstance(regularisation, jax.core.Tracer) and not float(regularisation) > 0:
         raise ValueError(f"regularisation must be positive (it makes the minimiser unique), got {regularisation!r}.")
     _method(solver, rtol, atol, linear_solver)  # unknown solver: ValueError now
@@ -498,12 +526,31 @@ def consistent_least_squares(
         max_steps=int(max_steps),
         start_floor=float(start_floor),
         gap_tolerance=float(gap_tolerance),
+        correlation_lags=int(correlation_lags),
+        block=int(np.prod(w.shape[1:-1], dtype=int)),
         names=names,
     )
 
 
 @eqx.filter_jit
-def _fit(w, y, prior, start, rho, *, solver, linear_solver, rtol, atol, max_steps, start_floor, gap_tolerance, names):
+def _fit(
+    w,
+    y,
+    prior,
+    start,
+    rho,
+    *,
+    solver,
+    linear_solver,
+    rtol,
+    atol,
+    max_steps,
+    start_floor,
+    gap_tolerance,
+    correlation_lags,
+    block,
+    names,
+):
     m, s = w.shape
     n = s // 14
     lam = rho * jnp.sum(w * w) / s
@@ -554,7 +601,8 @@ def _fit(w, y, prior, start, rho, *, solver, linear_solver, rtol, atol, max_step
     positive = phi[10 * n : 10 * n + _NON_NEGATIVE_JOINT_BLOCKS * n]
     finite = jnp.all(jnp.isfinite(z)) & jnp.isfinite(cost)
     consistent = finite & jnp.all(diagonal > 0) & jnp.all(positive > 0)
-    covariance, active = _constrained_covariance(phi, r, lam, data_cost, m)
+    correlated = None if correlation_lags == 0 else (w, w @ phi - y, block, correlation_lags)
+    covariance, active = _constrained_covariance(phi, r, lam, data_cost, m, correlated)
     return ConsistentEstimate(
         standard=phi,
         coordinates=z,

