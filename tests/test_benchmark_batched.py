@@ -103,3 +103,21 @@ def test_full_run_picks_the_marked_settings(tmp_path):
     (tmp_path / "c.toml").write_text(text.replace("full = false", 'full = "no"'))
     with pytest.raises(ConfigError, match="full must be true or false"):
         load_benchmark(tmp_path / "c.toml")
+
+
+@pytest.mark.slow
+def test_a_diverged_trial_in_a_chunk_is_a_status(plan):
+    """A chunk with one diverged log (non-finite): that trial's rows say ``sim_diverged``, the other's
+    estimates are those of the clean chunk, bit for bit."""
+    from jaxid.types import Status
+
+    run = simulate_trials(plan, np.arange(2))
+    clean = pd.DataFrame(run_chunk(plan, run, [0, 1]))
+    broken = {k: v.copy() for k, v in run.items()}
+    broken["status"][1] = Status.DIVERGED
+    broken["q"][1, 10:] = np.nan
+    rows = pd.DataFrame(run_chunk(plan, broken, [0, 1]))
+    assert (rows[rows.trial == 1].status == "sim_diverged").all()
+    first, reference = rows[rows.trial == 0], clean[clean.trial == 0]
+    assert (first.status == "ok").all()
+    np.testing.assert_array_equal(first.estimate.to_numpy(), reference.estimate.to_numpy())

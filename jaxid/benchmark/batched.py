@@ -13,7 +13,8 @@ in one program:
 3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
    loop): ``ls_kernel`` (IDIM-LS's one kernel, also ``idim_ls``'s), RLS over its weighted rows
    (``jaxid.kalman.recursive_least_squares``), ``consistent_least_squares`` on the standard
-   regressor's weighted rows.
+   regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
+   ``idim_ls_consistent``'s covariance mapping).
 
 Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
 depend on the chunk it ran in. The other estimators (IDIM-IV, EKF, output error, bounded LS) run
@@ -71,11 +72,15 @@ def _program(plan, consistent: bool, rls: bool, ndev: int):
         cmap = model.consistent
         columns = np.asarray(plan.regressor._standard)
         keep = np.asarray(cmap.regressor.keep)
-        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, consistent, rls, ndev)
+        st = plan.setting
+        stride = default_decimation(st["sample_step"], st["cutoff_hz"])
+        # ``consistent_estimate``'s default: one cut-off period of the decimated rows (their residuals correlate).
+        lags = int(np.ceil(1.0 / (st["cutoff_hz"] * stride * st["sample_step"]) - 1e-9))
+        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, consistent, rls, ndev, lags)
     return cache[key]
 
 
-def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int):
+def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
     standard regressor per sample serves both, low-passed once."""
@@ -110,8 +115,11 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
             out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
         if consistent:
             ws = full * keep / sigma[None, :, None]
-            est = consistent_least_squares(ws, yw, consistent_arm, prior=prior)
+            est = consistent_least_squares(ws, yw, consistent_arm, prior=prior, correlation_lags=lags)
             out["consistent_theta"] = to_model(est.standard)
+            # ``idim_ls_consistent``'s covariance: its own, mapped to θ by the Jacobian of ``to_model``.
+            jacobian = jax.jacfwd(to_model)(est.standard)
+            out["consistent_cov"] = jacobian @ est.covariance @ jacobian.T
             out["consistent_status"] = est.status
         return out
 
@@ -221,8 +229,11 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     batched = [e for e in s["estimators"] if e in BATCHED]
     t0, c0 = time.perf_counter(), time.process_time()
     error = None
+    if ok.any() and not ok.all():  # a diverged log (not finite) is not fitted: a good trial's stands in
+        good = int(np.flatnonzero(ok)[0])
+        run = {f: np.where(ok.reshape((-1,) + (1,) * (v.ndim - 1)), v, v[good]) for f, v in run.items()}
     try:
-        fits = batched_fits(plan, run, tuple(batched) + ("idim_ls",))
+        fits = batched_fits(plan, run, tuple(batched) + ("idim_ls",)) if ok.any() else None
     except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
         fits, error = None, _failure(err)
     per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
@@ -246,7 +257,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
                     label = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(
                         code, "failed"
                     )
-                    out[e] = (fits["consistent_theta"][k], fits["ls_cov"][k], label, *per_trial)
+                    out[e] = (fits["consistent_theta"][k], fits["consistent_cov"][k], label, *per_trial)
                 else:
                     t1, c1 = time.perf_counter(), time.process_time()
                     try:
