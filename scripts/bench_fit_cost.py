@@ -8,7 +8,7 @@ a temporary folder; a folder that already holds them, with the same settings, is
 The fit: the real CLI (``python -m jaxid fit CONFIG --out DIR --overwrite``, figures on, as a user runs
 it) in a subprocess, on eight runs (two held out), estimators ``idim_ls``, ``idim_ls_consistent``,
 ``idim_iv`` and ``output_error`` at their defaults; ``[filter] cutoff_hz = 5.0`` (stated, not searched).
-Measured: the subprocess's wall time and peak resident set size (``ru_maxrss`` of the waited-for
+Measured: the subprocess's wall time, CPU seconds (user + system) and peak resident set size (``ru_maxrss`` of the waited-for
 child, ``resource.getrusage(RUSAGE_CHILDREN)``: the largest RSS of any child, i.e. of the fit), and
 from the fit's ``manifest.json`` each estimator's seconds, status and iterations. The requirement it
 checks: within 4 GB peak RSS and 3 minutes on 2 cores.
@@ -111,7 +111,8 @@ memory and {limits["wall_s"]:g} s on 2 cores.
 
 - exit code {result["returncode"]}; peak RSS **{result["peak_rss_gb"]:.2f} GB** (`ru_maxrss` of the child):
   within the memory limit **{result["within_memory_limit"]}**; wall time **{result["wall_s"]:.1f} s**: within the
-  time limit **{result["within_time_limit"]}**
+  time limit **{result["within_time_limit"]}**; the fit's CPU time {result.get("cpu_s")} s (user + system, all
+  threads: on a machine shared with other jobs the wall time is not the fit's alone)
 - of the fit's {result["fit_seconds"]} s (manifest), the estimators took {result["estimator_seconds"]} s and the
   rest of the fit (cut-off tables, jackknife, validation simulations, tables, figures) {rest} s
 - machine: {machine["cpus"]} CPUs shared with other jobs, load average {machine.get("load_average_before")}
@@ -160,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     proc = subprocess.run(command, capture_output=True, text=True)
     wall = time.time() - t0
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: kB
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_kb = usage.ru_maxrss  # Linux: kB
+    cpu_s = usage.ru_utime + usage.ru_stime  # the fit's own CPU seconds (all its threads), beside the wall time
     manifest_path = fit_out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if proc.returncode == 0 and manifest_path.exists() else {}
     per = {
@@ -172,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(command[1:]),
         "returncode": proc.returncode,
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu_s, 1),
         "peak_rss_gb": round(peak_gb, 3),
         "limits": LIMITS,
         "within_memory_limit": proc.returncode == 0 and peak_gb <= LIMITS["peak_rss_gb"],

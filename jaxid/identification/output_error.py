@@ -31,8 +31,8 @@ of two: one compiled program per model and chunk shape, whatever the logs' lengt
 step for step (``jaxid.identification.shooting.trust_region``), its subproblem solved on those
 normal equations instead of an SVD of the Jacobian: the same iterates as the dense route to
 round-off (``tests/test_output_error_streaming.py``). A trial point is first simulated without the
-Jacobian (``_shooting_residuals``, about a tenth of a Jacobian pass's cost) and linearised only once
-accepted, so a rejected step (a third of them on a 6-joint arm's 50-s runs) costs a residual pass. It
+Jacobian (``_shooting_residuals``: no tangents) and linearised only once accepted, so a rejected step
+(11 of 30 trial points on the UR5 campaign of ``scripts/bench_fit_cost.py``) costs a residual pass. It
 stops at ``ftol = 1e-8``, ``xtol = 1e-10``, ``gtol = 1e-8`` or after ``max_iterations`` trial points
 (status ``"max_iterations"``). The tangents go through the accelerations' custom JVP
 (``jaxid.identification.data.accelerations``) and through one copy of the model per step
