@@ -11,10 +11,11 @@ friction, Coulomb slope), the reference's coefficients, the controller gains, th
 the trial's noise (drawn by ``jaxid.closed_loop_record.measurement_noise`` from the trial's key, outside the
 numpy timing: the three normal draws a numpy user would make cost about 0.3 ms a trial, reported).
 
-- **jaxid** (as the benchmark runs it): ``simulate_trials`` on a batch of ``--batch`` trials in one
-  compiled call (per trial = call time / batch; the first call, which compiles, is reported apart), and
-  per trial the benchmark's IDIM-LS: ``filter_log`` then ``idim_ls`` on ``plan.regressor`` (the first
-  call, which compiles the regressor, apart).
+- **jaxid** (as the benchmark runs it): ``simulate_trials`` on a batch of ``--batches`` trials in one
+  compiled call, then the benchmark's batched IDIM-LS on the same batch (``jaxid.benchmark.batched``:
+  ``filter_signals`` on all trials at once, the parallel-filtered regressor rows and ``ls_kernel`` in
+  one compiled program); per trial = call time / batch; the first calls, which compile, are reported
+  apart.
 - **numpy/Pinocchio** (what a BIRDy/FIGAROH user writes): per trial a Python loop over the samples, the
   reference evaluated on the grid with numpy, per sample the PD law with the feed-forward
   ``pinocchio.rnea`` of the nominal model and one classic RK4 step (four ``pinocchio.aba`` of the
@@ -27,17 +28,20 @@ numpy timing: the three normal draws a numpy user would make cost about 0.3 ms a
 
 Accuracy beside speed: the largest angle difference of the two simulations of trial 0 (same noise) and
 the two IDIM-LS estimates (each side on its own log), relative and in units of IDIM-LS's std; plus the
-numpy fit on jaxid's log (the regressor and fit alone).
+numpy fit on jaxid's log (the regressor and fit alone); and the batched IDIM-LS against jaxid's
+trial-by-trial one (``filter_log`` then ``idim_ls``) on the first ``--check`` trials (largest relative
+difference). Peak memory: the process's peak resident set after each batch size's first call
+(``ru_maxrss``; batches run in increasing size, so the largest batch's figure is its own).
 
-Every repeat runs the four timings one after the other (jaxid batch, numpy trial, jaxid IDIM-LS, numpy
-IDIM-LS), so a change of the shared machine's load hits both sides; the figures are medians over
+Every repeat runs the timings one after the other (per jaxid batch: closed loop and IDIM-LS; a numpy
+trial, numpy IDIM-LS), so a change of the shared machine's load hits both sides; the figures are medians over
 ``--repeats`` and the ratios the medians of the per-repeat ratios. jaxid's batch is split over the
 CPU cores as XLA host devices, as ``jaxid run`` does (set before jax is imported); Pinocchio runs on
 one thread; numpy's BLAS (the least squares of both sides) on ``--blas-threads`` (default 1: on a
 shared 2-core machine OpenBLAS's default of one thread per core made the 1128 × 58 SVD and ``lstsq``
 of IDIM-LS take seconds instead of milliseconds, on both sides). Writes ``results/bench_benchmark_trial/summary.json`` and ``summary.csv`` (``--out``).
 
-    python scripts/bench_benchmark_trial.py                       # batch 10 and 100, 5 repeats
+    python scripts/bench_benchmark_trial.py                       # batch 100 and 1000, 3 repeats
     python scripts/bench_benchmark_trial.py --batches 10 --repeats 3 --out ''
     python scripts/bench_benchmark_trial.py --blas-threads 0       # numpy's BLAS at its default threads
 
@@ -84,10 +88,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--setting", default="consistency_rich", help="setting of the benchmark config")
     p.add_argument("--config", default=str(CONFIG), help="benchmark TOML")
-    p.add_argument(
-        "--batches", type=int, nargs="+", default=[10, 100], help="jaxid trials per call (10: the config's chunk)"
-    )
-    p.add_argument("--repeats", type=int, default=5, help="alternating repeats (one numpy trial each)")
+    p.add_argument("--batches", type=int, nargs="+", default=[100, 1000], help="jaxid trials per call, increasing")
+    p.add_argument("--repeats", type=int, default=3, help="alternating repeats (one numpy trial each)")
+    p.add_argument("--check", type=int, default=3, help="trials whose batched IDIM-LS is checked trial by trial")
     p.add_argument("--devices", type=int, default=None, help="XLA host devices (default: CPU count)")
     p.add_argument(
         "--blas-threads",
@@ -257,6 +260,7 @@ def main(argv=None) -> dict:
     import pinocchio as pin
 
     from jaxid.benchmark import load_benchmark, make_plan
+    from jaxid.benchmark.batched import batched_fits
     from jaxid.benchmark.trial import _filtered, simulate_trials
     from jaxid.closed_loop_record import measurement_noise
     from jaxid.identification import idim_ls
@@ -296,6 +300,10 @@ def main(argv=None) -> dict:
         logs = [_filtered(plan, run, index)]
         return idim_ls(logs, plan.regressor, plan.names)
 
+    def jaxid_batched_ls(run, batch):
+        plan.width = batch
+        return batched_fits(plan, run, ("idim_ls",))
+
     def np_ls(q, tau):
         return numpy_idim_ls(model, data, q, tau, h, s["cutoff_hz"], s["trim_s"], standard, slope)
 
@@ -308,18 +316,36 @@ def main(argv=None) -> dict:
     rng = np.random.default_rng(0)
     draw = min(timed(lambda: [rng.normal(size=(samples, arm.dof)) for _ in range(3)])[0] for _ in range(5))
 
+    import resource
+
     results = {"batches": {}}
     first_run = {}
     jax.clear_caches()  # make_plan compiled the closed loop at the config's chunk: time the compiles below
     for batch in args.batches:
         plan.width = batch
         compile_call, run = timed(simulate_trials, plan, np.arange(batch))
-        first_run[batch] = (compile_call, run)
-        results["batches"][batch] = {"first_call_s": compile_call, "call_s": []}
+        if np.any(run["status"] != Status.SUCCESS):
+            raise SystemExit(f"jaxid: {int(np.sum(run['status'] != Status.SUCCESS))} trials diverged")
+        ls_compile_call, fits = timed(jaxid_batched_ls, run, batch)
+        first_run[batch] = (compile_call, run, fits)
+        results["batches"][batch] = {
+            "first_call_s": compile_call,
+            "call_s": [],
+            "ls_first_call_s": ls_compile_call,
+            "ls_call_s": [],
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
     run0 = first_run[args.batches[0]][1]
-    if np.any(run0["status"] != Status.SUCCESS):
-        raise SystemExit(f"jaxid: {int(np.sum(run0['status'] != Status.SUCCESS))} trials diverged")
     ls_first, _ = timed(jaxid_ls, run0, 0)
+    # The batched IDIM-LS against the trial-by-trial one on the first trials (each batch size).
+    batched_vs_trial = {}
+    for batch in args.batches:
+        run_b, fits_b = first_run[batch][1], first_run[batch][2]
+        worst = 0.0
+        for k in range(min(args.check, batch)):
+            one = np.asarray(jaxid_ls(run_b, k).value)
+            worst = max(worst, float(np.linalg.norm(fits_b["ls_theta"][k] - one) / np.linalg.norm(one)))
+        batched_vs_trial[batch] = worst
     # Numpy's first IDIM-LS (LAPACK and scipy's first calls) is its warm-up, reported apart; it also
     # gives the numpy fit on jaxid's log of trial 0 (the regressor and the fit alone).
     np_ls_first, (on_jaxid_log, _, _) = timed(np_ls, run0["q"][0], run0["tau"][0])
@@ -329,8 +355,11 @@ def main(argv=None) -> dict:
     for r in range(args.repeats):
         for batch in args.batches:
             plan.width = batch
-            elapsed, _ = timed(simulate_trials, plan, np.arange(batch))
+            elapsed, run_b = timed(simulate_trials, plan, np.arange(batch))
             results["batches"][batch]["call_s"].append(elapsed)
+            elapsed, _ = timed(jaxid_batched_ls, run_b, batch)
+            results["batches"][batch]["ls_call_s"].append(elapsed)
+            del run_b
         index = r % args.batches[0]
         noise = noise_of(index)
         elapsed, (q, qd, tau_command, tau) = timed(
@@ -338,7 +367,7 @@ def main(argv=None) -> dict:
         )
         rows["numpy_sim_s"].append(elapsed)
         elapsed, jx = timed(jaxid_ls, run0, index)
-        rows["jaxid_ls_s"].append(elapsed)
+        rows["jaxid_ls_s"].append(elapsed)  # the trial-by-trial IDIM-LS, for the record
         elapsed, (theta, cov, cond) = timed(np_ls, q, tau)
         rows["numpy_ls_s"].append(elapsed)
         if r == 0:
@@ -381,9 +410,13 @@ def main(argv=None) -> dict:
         per_trial = [c / batch for c in b["call_s"]]
         compile_s = b["first_call_s"] - float(np.median(b["call_s"]))
         table.append(row("closed loop", batch, per_trial, rows["numpy_sim_s"], compile_s))
-    table.append(row("IDIM-LS", 1, rows["jaxid_ls_s"], rows["numpy_ls_s"], ls_compile))
+    table.append(row("IDIM-LS trial by trial", 1, rows["jaxid_ls_s"], rows["numpy_ls_s"], ls_compile))
     for batch, b in results["batches"].items():
-        jaxid_total = [c / batch + ls for c, ls in zip(b["call_s"], rows["jaxid_ls_s"], strict=True)]
+        per_trial = [c / batch for c in b["ls_call_s"]]
+        compile_s = b["ls_first_call_s"] - float(np.median(b["ls_call_s"]))
+        table.append(row("IDIM-LS", batch, per_trial, rows["numpy_ls_s"], compile_s))
+    for batch, b in results["batches"].items():
+        jaxid_total = [(c + ls) / batch for c, ls in zip(b["call_s"], b["ls_call_s"], strict=True)]
         numpy_total = [a + b for a, b in zip(rows["numpy_sim_s"], rows["numpy_ls_s"], strict=True)]
         table.append(row("whole trial", batch, jaxid_total, numpy_total, None))
     results.update(
@@ -402,6 +435,9 @@ def main(argv=None) -> dict:
         numpy_noise_draw_s=draw,
         seconds_per_repeat=rows,
         accuracy=accuracy,
+        batched_vs_trial_by_trial_relative=batched_vs_trial,
+        peak_rss_gib={batch: b["peak_rss_gib"] for batch, b in results["batches"].items()},
+        targets={"whole trial": 10.0, "IDIM-LS": 3.0},
         threads=_threads(),
         devices=[str(d) for d in jax.devices()],
         load_average_start=list(load),
@@ -461,6 +497,17 @@ def _print(res: dict) -> None:
         f"{a['idim_ls_max_difference_in_std']:.2e} std), on jaxid's log {a['idim_ls_same_log_relative_difference']:.2e}"
         f"; condition {a['condition_jaxid']:.6g} / {a['condition_numpy']:.6g}"
     )
+    print(
+        "batched IDIM-LS vs trial by trial (largest relative difference): "
+        + ", ".join(f"batch {b}: {v:.1e}" for b, v in res["batched_vs_trial_by_trial_relative"].items())
+        + "; peak RSS after each batch's first call: "
+        + ", ".join(f"batch {b}: {v:.2f} GiB" for b, v in res["peak_rss_gib"].items())
+    )
+    for r in res["table"]:
+        target = res["targets"].get(r["stage"])
+        if target is not None:
+            met = "met" if r["numpy_over_jaxid"] >= target else "NOT met"
+            print(f"target {r['stage']} >= {target:g}x at batch {r['batch']}: {r['numpy_over_jaxid']:.2f}x, {met}")
     print(f"threads: {res['threads']}")
 
 
