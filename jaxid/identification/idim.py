@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stage_torques
+from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = [
     "Identification",
@@ -85,6 +85,11 @@ class Identification(eqx.Module):
     @property
     def std(self) -> np.ndarray:
         return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    @property
+    def label(self) -> str:
+        """The status as result tables write it (``jaxid.types.ParameterEstimate``)."""
+        return self.status
 
     def as_dict(self) -> dict[str, float]:
         return dict(zip(self.names, np.asarray(self.value).tolist(), strict=True))
@@ -420,10 +425,11 @@ MIN_NEAR = 0.5
 MIN_SEGMENT_STEPS = 2
 
 
-def simulated_signals(logs, regressor, theta, segment_s, known=None):
+def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1):
     """Per log: ``(indices, q, qd, qdd, near)`` of segment-wise simulations restarted from the filtered
     measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
-    samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite)."""
+    samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
+    RK4 steps per sample (``jaxid.identification.data.model_step``)."""
     out = []
     sim = simulate_segments_jit
 
@@ -434,7 +440,7 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None):
         length = max(1, int(round(segment_s / d.sample_step)))
         starts, x0, torques = _segment_inputs(d, length)
         states = np.asarray(
-            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known)
+            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known, substeps)
         )
         idx = (starts[:, None] + np.arange(length)).reshape(-1)
         n = d.joints
@@ -455,8 +461,9 @@ def _near_signals(logs, regressor, theta, segment_s, known):
     trajectory (module constants); returns ``(signals, segment_s used)`` or raises a ``ValueError`` that
     says what failed."""
     shortest = MIN_SEGMENT_STEPS * min(d.sample_step for d in logs)
+    substeps, _ = stable_substeps(regressor, theta, logs, known)  # RK4 substeps for a stiff model
     while True:
-        sims = simulated_signals(logs, regressor, theta, segment_s, known)
+        sims = simulated_signals(logs, regressor, theta, segment_s, known, substeps)
         share = sum(int(s[4].sum()) for s in sims) / max(sum(s[4].size for s in sims), 1)
         if share >= MIN_NEAR:
             return sims, segment_s
