@@ -82,7 +82,7 @@ def cmd_run(args) -> int:
         print(f"jaxid run: error: {error}", file=sys.stderr)
         return 2
     _setup_jax(args.devices, args.coordinator, args.num_processes, args.process_id)
-    from .config_common import ConfigError
+    from .config.common import ConfigError
     from .experiment import load_config, run_experiment
     from .study import RunExists
 
@@ -107,7 +107,7 @@ def cmd_run(args) -> int:
     import jax
     import pandas as pd
 
-    from .report import markdown_table
+    from .report.tables import markdown_table
 
     if jax.process_index() != 0:
         return 0
@@ -122,10 +122,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .benchmark.report import is_benchmark_run, make_benchmark_figures, write_benchmark_tables
-    from .config_common import ConfigError
-    from .plots import make_figures
-    from .report import markdown_table, write_tables
+    from .config.common import ConfigError
+    from .report.benchmark import is_benchmark_run, make_benchmark_figures, write_benchmark_tables
+    from .report.figures import make_figures
+    from .report.tables import markdown_table, write_tables
     from .study import check_run_dir
 
     try:
@@ -168,7 +168,7 @@ def cmd_fit(args) -> int:
     _setup_jax(1)
     import warnings
 
-    from .config_common import ConfigError
+    from .config.common import ConfigError
     from .fit import FitExists, load_fit_config, run_fit
 
     try:

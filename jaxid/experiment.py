@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .benchmark import Benchmark, is_benchmark, parse_benchmark, run_benchmark
-from .config import parse_experiment
-from .config_common import Experiment, read_toml
-from .report import write_tables
+from .config.common import Experiment, read_toml
+from .config.study import parse_experiment
+from .report.tables import write_tables
 from .study import run_study
 from .study.hosts import is_writer
 from .types import require_float64
@@ -50,7 +50,7 @@ def run_experiment(
     """
     require_float64("run_experiment")
     if isinstance(exp, Benchmark):
-        from .benchmark.report import make_benchmark_figures, write_benchmark_tables
+        from .report.benchmark import make_benchmark_figures, write_benchmark_tables
 
         out = run_benchmark(exp, out, overwrite=overwrite, progress=progress)
         write_benchmark_tables(out)
@@ -62,7 +62,7 @@ def run_experiment(
         return out
     write_tables(out, exp)
     if figures:
-        from .plots import make_figures  # matplotlib only when drawing
+        from .report.figures import make_figures  # matplotlib only when drawing
 
         make_figures(out)
     return out

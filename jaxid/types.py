@@ -1,7 +1,7 @@
 """The data types every stage shares: the measured ``Record``, an ``Estimate``, one ``Status`` enum.
 
 This is the bottom layer: it imports nothing from jaxid. ``jaxid.simulation.Record`` and
-``jaxid.estimators.Estimate`` (and the old status constants) re-export what is defined here.
+``jaxid.estimate.Estimate`` (and the old status constants) re-export what is defined here.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ _MESSAGES = {
 SIMULATION_STATUSES = {
     int(s): _LABELS[s] for s in (Status.SUCCESS, Status.DIVERGED, Status.MAX_STEPS, Status.NOT_STEADY)
 }
-#: Estimator codes and their table labels (``jaxid.estimators.ESTIMATOR_STATUS``).
+#: Estimator codes and their table labels (``jaxid.estimate.ESTIMATOR_STATUS``).
 ESTIMATOR_STATUSES = {
     int(s): _LABELS[s] for s in (Status.CONVERGED, Status.FAILED, Status.MAX_ITERATIONS, Status.SINGULAR)
 }

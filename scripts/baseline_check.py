@@ -23,8 +23,8 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import jaxid  # noqa: E402
-from jaxid.crlb import linear_crlb  # noqa: E402
-from jaxid.estimators import ekf, rls  # noqa: E402
+from jaxid.estimate import ekf, rls  # noqa: E402
+from jaxid.estimate.crlb import linear_crlb  # noqa: E402
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 LEVEL = 0.1

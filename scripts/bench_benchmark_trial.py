@@ -8,7 +8,7 @@ nominal model's feed-forward at 10 Hz, zero-order hold at Δ = 2 ms with one RK4
 velocity and torque noise from the trial's key, a 10-Hz zero-phase filter, IDIM-LS on the 58 base
 parameters). Both sides take from ``make_plan``: the arm's numbers (inertial parameters, armature,
 friction, Coulomb slope), the reference's coefficients, the controller gains, the base columns, and
-the trial's noise (drawn by ``jaxid.closed_loop_record.measurement_noise`` from the trial's key, outside the
+the trial's noise (drawn by ``jaxid.simulation.closed_loop_record.measurement_noise`` from the trial's key, outside the
 numpy timing: the three normal draws a numpy user would make cost about 0.3 ms a trial, reported).
 
 - **jaxid** (as the benchmark runs it): ``simulate_trials`` on a batch of ``--batches`` trials in one
@@ -193,7 +193,7 @@ def numpy_regressor(model, data, q, qd, qdd, standard, slope):
 
 
 def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz, trim_s, standard, slope):
-    """IDIM-LS as ``jaxid.identification.idim_ls`` does it, in numpy/scipy/Pinocchio: Butterworth (order 4,
+    """IDIM-LS as ``jaxid.estimate.logs.idim_ls`` does it, in numpy/scipy/Pinocchio: Butterworth (order 4,
     ``sosfiltfilt``) and ``numpy.gradient`` for q, q', q''; the torque low-passed; the regressor and the
     torque low-passed again (parallel filtering); rows every ``⌊f_s / (4 f_c)⌋`` samples of the log less
     ``trim_s`` at each end; ``lstsq`` on unit-norm columns, then again with each joint's rows divided by
@@ -262,8 +262,8 @@ def main(argv=None) -> dict:
     from jaxid.benchmark import load_benchmark, make_plan
     from jaxid.benchmark.batched import batched_fits
     from jaxid.benchmark.trial import _filtered, simulate_trials
-    from jaxid.closed_loop_record import measurement_noise
-    from jaxid.identification import idim_ls
+    from jaxid.estimate.logs import idim_ls
+    from jaxid.simulation.closed_loop_record import measurement_noise
     from jaxid.study.sampling import trial_key
     from jaxid.types import Status
 

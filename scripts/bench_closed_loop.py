@@ -109,11 +109,11 @@ def main(argv=None):
     import numpy as np
 
     import jaxid
-    from jaxid.closed_loop import simulate_closed_loop
-    from jaxid.closed_loop_batch import simulate_closed_loop_batch
-    from jaxid.controllers import OpenLoop, PDController
+    from jaxid.excitation.fourier import random_fourier_trajectory
     from jaxid.model.urdf import load_arm
-    from jaxid.reference import random_fourier_trajectory
+    from jaxid.simulation.closed_loop import simulate_closed_loop
+    from jaxid.simulation.closed_loop_batch import simulate_closed_loop_batch
+    from jaxid.simulation.controllers import OpenLoop, PDController
 
     step, batch = args.sample_step, args.batch
     threads = args.threads or os.cpu_count() or 1

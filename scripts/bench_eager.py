@@ -3,7 +3,7 @@
 The README quickstart's case (point-mass arm, split Table 2 lines at ×0.25, nonlinear steady
 state at Δ = 0.01 s, one period, the paper's uniform noise, unknowns m1, m2, fv1, fv2; ``paper``:
 m1, m2). Each registered estimator called outside ``jit`` runs compiled
-(``jaxid.estimators.base.register``: ``eqx.filter_jit``); the baseline, measured in the same run, is the function it wraps
+(``jaxid.estimate.base.register``: ``eqx.filter_jit``); the baseline, measured in the same run, is the function it wraps
 (``__wrapped__``), which JAX runs op by op. Each (estimator, mode) runs in a fresh process with
 the persistent compilation cache off, so the first call includes every compile a new session
 pays; the second call (same inputs) shows the steady cost. Accuracy beside it: the largest
@@ -31,7 +31,7 @@ import json, resource, sys, time
 import jax
 jax.config.update("jax_enable_x64", True)
 import jaxid
-from jaxid.estimators.interface import ESTIMATORS as ESTIMATOR_CLASSES
+from jaxid.estimate.interface import ESTIMATORS as ESTIMATOR_CLASSES
 
 name, mode = sys.argv[1], sys.argv[2]
 arm = jaxid.point_mass()

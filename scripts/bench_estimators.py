@@ -64,10 +64,10 @@ def main(argv=None) -> dict:
     import scipy.optimize
 
     import jaxid
-    from jaxid.estimators import equation_error_fit, ml_fit, paper, parameter_values
-    from jaxid.linearisation import affine_impedance
-    from jaxid.measurement import add_line_noise
-    from jaxid.spectrum import fourier_coefficients
+    from jaxid.estimate import equation_error_fit, ml_fit, paper, parameter_values
+    from jaxid.measure.noise import add_line_noise
+    from jaxid.measure.spectrum import fourier_coefficients
+    from jaxid.simulation.linearisation import affine_impedance
 
     unknowns = ("m1", "m2", "fv1", "fv2")
     arm = jaxid.point_mass()
@@ -246,12 +246,12 @@ def convergence(args, rec, arm, unknowns, exc, trials) -> dict:
     import jax
     import numpy as np
 
-    from jaxid.estimators import equation_error_fit
-    from jaxid.estimators.equation_error import line_variance
-    from jaxid.estimators.ml import gauss_newton_affine, levenberg_marquardt, output_error_residual
-    from jaxid.linearisation import affine_impedance
-    from jaxid.measurement import add_line_noise
-    from jaxid.spectrum import fourier_coefficients
+    from jaxid.estimate import equation_error_fit
+    from jaxid.estimate.equation_error import line_variance
+    from jaxid.estimate.ml import gauss_newton_affine, levenberg_marquardt, output_error_residual
+    from jaxid.measure.noise import add_line_noise
+    from jaxid.measure.spectrum import fourier_coefficients
+    from jaxid.simulation.linearisation import affine_impedance
 
     clean = fourier_coefficients(rec, exc)
 

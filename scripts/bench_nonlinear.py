@@ -39,8 +39,8 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxid  # noqa: E402
-from jaxid.estimators.base import CONVERGED  # noqa: E402
-from jaxid.estimators.nonlinear import nonlinear_output_error  # noqa: E402
+from jaxid.estimate.base import CONVERGED  # noqa: E402
+from jaxid.estimate.nonlinear import nonlinear_output_error  # noqa: E402
 
 ROUTES = {
     "default": {},

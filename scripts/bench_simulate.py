@@ -21,7 +21,7 @@ On a CPU both cores are used by exposing them as XLA host devices (set below, be
 jax); ``simulate_batch`` shards the trial axis over ``jax.devices()``. On a GPU a large batch is
 run in calls of at most ``--max-call`` trajectories (the records of 10^6 trials at Δ = 0.01 s
 would not fit in memory), each one ``vmap`` (chunk = call), and throughput counts every call. On CPU the chunk is 512
-trials per device (``--chunk-size``), compiled with ``jaxid.batch.CPU_COMPILER_OPTIONS`` (512-bit vectors;
+trials per device (``--chunk-size``), compiled with ``jaxid.simulation.batch.CPU_COMPILER_OPTIONS`` (512-bit vectors;
 ``XLA_FLAGS=--xla_cpu_prefer_vector_width=256`` measures XLA's default).
 
     python scripts/bench_simulate.py                 # batches 1 … 4096
@@ -267,7 +267,7 @@ def main(argv=None):
         f"({(discard + MEASURE) * ex.period:.0f} s), step {step} s, solver {args.solver}, substeps {args.substeps}",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "compiler_options": dict(jaxid.batch.compiler_options()),  # what simulate_batch compiles with
+        "compiler_options": dict(jaxid.simulation.batch.compiler_options()),  # what simulate_batch compiles with
         "rows": [],
     }
 

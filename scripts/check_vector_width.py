@@ -1,9 +1,9 @@
 """Are batched simulations compiled with 512-bit vectors correct and deterministic? (CPU)
 
-``jaxid.batch.CPU_COMPILER_OPTIONS`` compiled the two-link batch runner with
+``jaxid.simulation.batch.CPU_COMPILER_OPTIONS`` compiled the two-link batch runner with
 ``xla_cpu_prefer_vector_width=512``. An N-joint open-loop batch compiled with it once returned
 non-finite or diverged states in one SIMD lane of a chunk in some runs (see the comment at
-``jaxid.closed_loop_batch._runner``). This script runs each check in repeated fresh processes (every run
+``jaxid.simulation.closed_loop_batch._runner``). This script runs each check in repeated fresh processes (every run
 compiles anew: no compilation cache) and compares every run bitwise against a reference run:
 
 - ``two_link``: ``jaxid.simulate_batch`` on a study batch: Table 1 arms with masses, inertias and
@@ -11,7 +11,7 @@ compiles anew: no compilation cache) and compares every run bitwise against a re
   scale ``--scale``), ``sample_step`` 0.01 s, each trial's own transient (``discard_periods=None``,
   the experiments' ``"auto"``), one measured period. Variants (``--two-link-variants``): ``256``
   (``XLA_FLAGS`` sets ``--xla_cpu_prefer_vector_width=256``, XLA's default; it wins over the
-  option), ``opt`` (whatever ``jaxid.batch.CPU_COMPILER_OPTIONS`` holds: 512 bits while it holds
+  option), ``opt`` (whatever ``jaxid.simulation.batch.CPU_COMPILER_OPTIONS`` holds: 512 bits while it holds
   the option; printed) and ``512`` (``XLA_FLAGS`` forcing 512 bits, whatever the option holds).
 - ``closed_loop``: ``simulate_closed_loop_batch`` on the Franka Panda (fingers locked) with an
   ``OpenLoop`` controller (the commanded torques of one PD closed-loop run, a table shared by the
@@ -139,7 +139,7 @@ def child_two_link(args):
     )
     excitation = jaxid.table2(args.lines, scale=args.scale)
     options = dict(sample_step=0.01, measured_periods=1, discard_periods=None, chunk_size=args.chunk_size)
-    compiled_with = dict(jaxid.batch.compiler_options())
+    compiled_with = dict(jaxid.simulation.batch.compiler_options())
     t0 = time.perf_counter()
     records = [jax.block_until_ready(jaxid.simulate_batch(arms, excitation, **options)) for _ in range(2)]
     seconds = time.perf_counter() - t0
@@ -151,13 +151,13 @@ def child_two_link(args):
 
 
 def _rebuilt_runner(compiler_options: dict | None, unrolled: bool):
-    """``jaxid.closed_loop_batch._runner`` rebuilt with ``compiler_options`` and the chosen dynamics path."""
+    """``jaxid.simulation.closed_loop_batch._runner`` rebuilt with ``compiler_options`` and the chosen dynamics path."""
     import functools
 
     import jax
     import numpy as np
 
-    from jaxid import closed_loop_kernel
+    from jaxid.simulation import closed_loop_kernel
 
     @functools.lru_cache(maxsize=8)
     def runner(static_items, ndev, chunk, noisy):
@@ -200,9 +200,9 @@ def closed_loop_inputs(args, path: str) -> None:
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    from jaxid.closed_loop import simulate_closed_loop
-    from jaxid.controllers import PDController
-    from jaxid.reference import random_fourier_trajectory
+    from jaxid.excitation.fourier import random_fourier_trajectory
+    from jaxid.simulation.closed_loop import simulate_closed_loop
+    from jaxid.simulation.controllers import PDController
 
     arm = _panda()
     reference = random_fourier_trajectory(arm, 5, 10.0, key=jax.random.key(args.seed))
@@ -222,10 +222,10 @@ def child_closed_loop(args):
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    from jaxid import closed_loop_batch
-    from jaxid.closed_loop_batch import simulate_closed_loop_batch
-    from jaxid.controllers import OpenLoop
-    from jaxid.reference import random_fourier_trajectory
+    from jaxid.excitation.fourier import random_fourier_trajectory
+    from jaxid.simulation import closed_loop_batch
+    from jaxid.simulation.closed_loop_batch import simulate_closed_loop_batch
+    from jaxid.simulation.controllers import OpenLoop
 
     inputs = np.load(args.inputs)
     unrolled = args.closed_path == "fast"

@@ -112,17 +112,17 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from jaxid.model.base_parameters import base_parameters
-    from jaxid.model.urdf import load_arm
-    from jaxid.reference import check_limits, joint_limits, random_fourier_trajectory
-    from jaxid.trajectory_design import design_trajectory
-    from jaxid.trajectory_information import (
+    from jaxid.excitation.fourier import check_limits, joint_limits, random_fourier_trajectory
+    from jaxid.excitation.fourier_design import design_trajectory
+    from jaxid.excitation.fourier_information import (
         base_parameter_bound,
         design_regressor,
         parameter_magnitudes,
         regressor_condition,
         relative_bound_trace,
     )
+    from jaxid.model.base_parameters import base_parameters
+    from jaxid.model.urdf import load_arm
 
     clock = time.perf_counter()
     arm = load_arm(PANDA, fixed_joints=FINGERS)

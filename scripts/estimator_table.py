@@ -31,9 +31,8 @@ def main() -> None:
     import numpy as np
 
     import jaxid
-    from jaxid import crlb
-    from jaxid.estimators import CONVERGED, equation_error_fit, ml_fit, paper_fit, paper_masses
-    from jaxid.spectrum import fourier_coefficients
+    from jaxid.estimate import CONVERGED, crlb, equation_error_fit, ml_fit, paper_fit, paper_masses
+    from jaxid.measure.spectrum import fourier_coefficients
 
     unknowns = ("m1", "m2", "fv1", "fv2")
     arm = jaxid.point_mass()

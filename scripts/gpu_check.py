@@ -173,7 +173,7 @@ def stage_device(size: dict, save) -> dict:
     if on_cpu:
         out["ok"] = bool(out["max_error_device_vs_tsit5_rad"] < 1e-4)
         return out
-    from jaxid.estimators import equation_error, ml
+    from jaxid.estimate import equation_error, ml
 
     arm = jaxid.point_mass()
     exs = jaxid.table2("split", scale=0.25)
@@ -327,7 +327,7 @@ def nbench_experiment(size: dict, arm: str = "panda"):
     import copy
 
     from jaxid.benchmark import parse_benchmark
-    from jaxid.config_common import read_toml
+    from jaxid.config.common import read_toml
 
     raw = copy.deepcopy(read_toml(NBENCH_CONFIG))
     if arm == "two_link":

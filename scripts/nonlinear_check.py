@@ -22,9 +22,9 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import jaxid  # noqa: E402
-from jaxid.crlb import linear_crlb  # noqa: E402
-from jaxid.estimators import get_estimator  # noqa: E402
-from jaxid.estimators.nonlinear import nonlinear_crlb  # noqa: E402
+from jaxid.estimate import get_estimator  # noqa: E402
+from jaxid.estimate.crlb import linear_crlb  # noqa: E402
+from jaxid.estimate.nonlinear import nonlinear_crlb  # noqa: E402
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 
@@ -77,7 +77,7 @@ def run(lines: str, trials: int, scale: float, level: float, periods: int, seed:
 def design(lines: str, level: float, periods: int) -> None:
     import pandas as pd
 
-    from jaxid.design import design_scale
+    from jaxid.excitation.multisine_design import design_scale
 
     pd.set_option("display.width", 200)
     arm = jaxid.point_mass()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 import jaxid
-from jaxid.integrate import rk4_step
+from jaxid.simulation.integrate import rk4_step
 
 FINE_STEP = 0.001
 DURATION = 4.0

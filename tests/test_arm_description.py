@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from jaxid.config import load_experiment, parse_experiment
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
 from jaxid.model import double_pendulum, point_mass, table1
 from jaxid.model.arm_table import PRESETS, DescriptionWarning, arm_preset, describe_arm
 from jaxid.model.description import arm_from_description, load_parameters, resolve_description, save_parameters

@@ -23,7 +23,7 @@ from _typecheck import package_errors
 import jaxid
 from jaxid.cli import main
 from jaxid.config import parse_experiment
-from jaxid.fit.config import parse_fit_config
+from jaxid.config.fit import parse_fit_config
 from jaxid.study.validate import validate_experiment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("pinocchio")
 
 from jaxid import load_arm  # noqa: E402
-from jaxid.closed_loop import simulate_closed_loop
-from jaxid.closed_loop_record import MeasurementNoise, measurement_noise
-from jaxid.controllers import PDController
-from jaxid.reference import FourierTrajectory
+from jaxid.excitation.fourier import FourierTrajectory
+from jaxid.simulation.closed_loop import simulate_closed_loop
+from jaxid.simulation.closed_loop_record import MeasurementNoise, measurement_noise
+from jaxid.simulation.controllers import PDController
 
 REPO = Path(__file__).resolve().parent.parent
 URDF = REPO / "data" / "robots" / "ur5_robot.urdf"

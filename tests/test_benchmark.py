@@ -24,9 +24,9 @@ from jaxid.benchmark import base_parameter_crlb, load_benchmark, run_benchmark
 from jaxid.benchmark import runner as benchmark_runner
 from jaxid.cli import main
 from jaxid.config import ConfigError
+from jaxid.excitation.fourier import random_fourier_trajectory
 from jaxid.experiment import load_config, run_experiment
 from jaxid.model.urdf import load_arm
-from jaxid.reference import random_fourier_trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_LINK = ROOT / "data" / "robots" / "two_link.urdf"
@@ -193,8 +193,8 @@ def test_crlb_matches_the_spread_of_idim_ls_on_exact_states():
     corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
     np.testing.assert_allclose(corr(empirical), corr(bound), atol=0.05)
     assert np.isnan(base_parameter_crlb(w, [0.0, 0.02])).all()  # no noise on a joint: no yardstick
-    # The same bound by jaxid.trajectory_information from the trajectory itself (its equally spaced samples).
-    from jaxid.trajectory_information import base_parameter_bound
+    # The same bound by jaxid.excitation.fourier_information from the trajectory itself (its equally spaced samples).
+    from jaxid.excitation.fourier_information import base_parameter_bound
 
     designed = base_parameter_bound(arm, base, traj, noise_std=jnp.asarray(sigma), samples=400)
     np.testing.assert_allclose(np.asarray(designed), bound, rtol=1e-7, atol=1e-12 * np.abs(bound).max())
@@ -228,7 +228,7 @@ def test_shipped_benchmarks_parse_with_a_smoke_setting(path):
 
 @pytest.mark.slow
 def test_a_designed_excitation_lowers_the_bound(tmp_path):
-    """``excitation = "bound"`` goes through ``jaxid.trajectory_design``: the plan's reference is the
+    """``excitation = "bound"`` goes through ``jaxid.excitation.fourier_design``: the plan's reference is the
     designed one (inside the limits) and the Cramér–Rao bound of its closed-loop run is lower than the
     random reference's (trace, two-joint arm: 1.5e-5 against 7.4e-6 when written)."""
     from jaxid.benchmark import make_plan

@@ -14,7 +14,7 @@ from test_benchmark import write_config
 from jaxid.benchmark import load_benchmark
 from jaxid.benchmark.batched import batched_fits, run_chunk
 from jaxid.benchmark.trial import make_plan, run_estimators, simulate_trials
-from jaxid.identification.idim import _ls_kernel_jit as ls_kernel
+from jaxid.estimate.logs.idim import _ls_kernel_jit as ls_kernel
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,8 @@ def test_ls_kernel_against_numpy():
 def test_full_run_picks_the_marked_settings(tmp_path):
     """``--full`` (``Benchmark.select_full``): the settings marked ``full`` (not ``smoke``), ``full_trials``
     each, ``full_estimator_trials`` where given, chunks of at least ``FULL_CHUNK``; a bad key is one line."""
-    from jaxid.benchmark.config import FULL_CHUNK
     from jaxid.config import ConfigError
+    from jaxid.config.benchmark import FULL_CHUNK
 
     text = write_config(tmp_path / "a.toml").read_text()
     text = text.replace("chunk = 2", "chunk = 2\nfull_trials = 7")

@@ -1,4 +1,4 @@
-"""The benchmark's estimators table (``jaxid.benchmark.report``): coverage of the reported std and
+"""The benchmark's estimators table (``jaxid.report.benchmark``): coverage of the reported std and
 the reason written beside a coverage outside 0.85-0.99, on a synthetic run whose errors are chosen
 so that every figure is known exactly (no simulation, no estimator)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jaxid.benchmark.report import COVERAGE_RANGE, write_benchmark_tables
+from jaxid.report.benchmark import COVERAGE_RANGE, write_benchmark_tables
 
 TRIALS = 20
 #: Per estimator: (errors of trial i, reported std, statuses) for both parameters.

@@ -1,4 +1,4 @@
-"""Closed-loop simulation (``jaxid.closed_loop``) against exact answers.
+"""Closed-loop simulation (``jaxid.simulation.closed_loop``) against exact answers.
 
 - the Fourier reference: ``q'``, ``q''`` equal forward-mode derivatives of ``q``, periodicity, and the
   random feasible trajectory on its limits (the two-link URDF's defaults and the Panda's URDF limits);
@@ -25,13 +25,19 @@ import numpy as np
 import pytest
 from _typecheck import package_errors
 
-from jaxid.closed_loop import simulate_closed_loop
-from jaxid.closed_loop_batch import simulate_closed_loop_batch
-from jaxid.closed_loop_record import MeasurementNoise, measurement_noise
-from jaxid.controllers import ComputedTorque, OpenLoop, PDController
+from jaxid.excitation.fourier import (
+    FourierTrajectory,
+    JointLimits,
+    check_limits,
+    joint_limits,
+    random_fourier_trajectory,
+)
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
-from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
+from jaxid.simulation.closed_loop import simulate_closed_loop
+from jaxid.simulation.closed_loop_batch import simulate_closed_loop_batch
+from jaxid.simulation.closed_loop_record import MeasurementNoise, measurement_noise
+from jaxid.simulation.controllers import ComputedTorque, OpenLoop, PDController
 from jaxid.types import Status
 
 ROBOTS = Path(__file__).resolve().parent.parent / "data" / "robots"

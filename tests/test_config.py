@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxid.config import load_experiment, parse_experiment
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
 from jaxid.experiment import load_config
 
 EXPERIMENTS = sorted((Path(__file__).parent.parent / "experiments").glob("*.toml"))

@@ -1,4 +1,4 @@
-"""Physical consistency (``jaxid.consistency``): the pseudo-inertia test, the log-Cholesky map and
+"""Physical consistency (``jaxid.estimate.consistency``): the pseudo-inertia test, the log-Cholesky map and
 consistent least squares without an SDP solver, checked against an LMI solution (cvxpy + Clarabel).
 
 Anchors: the pseudo-inertia of point masses is ``Σ m [r; 1][r; 1]ᵀ`` (an independent derivation);
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid import consistency as C
+from jaxid.estimate import consistency as C
 from jaxid.model.base_parameters import base_parameters
 from jaxid.model.urdf import load_arm
 from jaxid.types import Status

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid import crlb
-from jaxid.estimators import parameter_values
+from jaxid.estimate import crlb, parameter_values
 
 DT = 0.1
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")

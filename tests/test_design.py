@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.design import design_scale
-from jaxid.design_criteria import NONLINEAR
-from jaxid.estimators import ml
+from jaxid.estimate import ml
+from jaxid.excitation.multisine_criteria import NONLINEAR
+from jaxid.excitation.multisine_design import design_scale
 
 PAPER_STD = 0.1 / math.sqrt(12)
 SCALES = (0.1, 0.3, 1.0, 2.0)

@@ -1,4 +1,4 @@
-"""EKF/UKF cores and the arm filters (jaxid.estimators.ekf)."""
+"""EKF/UKF cores and the arm filters (jaxid.estimate.kalman.records)."""
 
 import dataclasses
 import math
@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import chi2
 
 import jaxid
-from jaxid.estimators import ekf as ekf_mod
-from jaxid.estimators.base import CONVERGED
+from jaxid.estimate import ekf as ekf_mod
+from jaxid.estimate.base import CONVERGED
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 TRUTH = np.array([5.0, 1.5, 5.0, 2.0])
@@ -111,7 +111,7 @@ def test_mass_limit_keeps_the_mass_matrix_positive_definite():
     # A two-joint model with the constant mass matrix [[θ0, θ2], [θ2, θ1]] (torque linear in θ):
     # smallest eigenvalue (θ0 + θ1)/2 − sqrt(((θ0 − θ1)/2)² + θ2²), so from θ = (1, 1, 0) an update
     # to θ2 = 3 has the eigenvalue 1 − 3α at the fraction α.
-    from jaxid.identification.kalman import _mass_basis, _mass_limit
+    from jaxid.estimate.kalman.logs import _mass_basis, _mass_limit
 
     def regressor(q, qd, qdd):
         return jnp.array([[qdd[0], 0.0, qdd[1]], [0.0, qdd[1], qdd[0]]])
@@ -231,8 +231,8 @@ def test_kalman_filter_batch_equals_each_trial_alone(tmp_path):
     # ValueError in its slot, the other trials unaffected.
     from _simulated_log import log_frame, simulate
 
-    from jaxid.identification import filter_log, idim_ls
-    from jaxid.identification.kalman import kalman_filter_batch, kalman_filter_fit
+    from jaxid.estimate.kalman.logs import kalman_filter_batch, kalman_filter_fit
+    from jaxid.estimate.logs import filter_log, idim_ls
 
     arm, base, regressor = _lab_regressor()
     run = simulate(arm, duration=1.5)

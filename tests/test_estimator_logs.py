@@ -1,7 +1,7 @@
-"""One estimator class per estimator, on measured logs as on simulated records (jaxid.estimators).
+"""One estimator class per estimator, on measured logs as on simulated records (jaxid.estimate).
 
 On a simulated log of the lab model (tests/_simulated_log.py): each class called on logs is its
-log-side kernel of ``jaxid.identification`` with the options translated (bit-equal), RLS on logs
+log-side kernel of ``jaxid.estimate.logs`` with the options translated (bit-equal), RLS on logs
 ends at IDIM-LS's weighted solution (an independent route to the same minimiser), an estimator
 that starts from IDIM-LS computes it when no start is given, and every misuse (an estimator or an
 option of the other kind of data, a consistent fit without a consistent map) is a one-line error.
@@ -13,8 +13,8 @@ from _simulated_log import write_logs
 
 import jaxid
 from jaxid.config import parse_experiment
-from jaxid.config_common import ConfigError
-from jaxid.estimators import (
+from jaxid.config.common import ConfigError
+from jaxid.estimate import (
     ESTIMATORS,
     ML,
     RLS,
@@ -27,8 +27,8 @@ from jaxid.estimators import (
     make_estimator,
     names_for,
 )
+from jaxid.estimate.logs import RegressionModel, filter_log, idim_iv, idim_ls
 from jaxid.fit.model import SIGN_CONSTRAINED
-from jaxid.identification import RegressionModel, filter_log, idim_iv, idim_ls
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +149,9 @@ def test_make_estimator_builds_every_log_estimator():
 
 
 def test_a_fit_stopped_at_its_limit_warns():
+    from jaxid.estimate.logs import Identification
     from jaxid.fit.checks import estimate_warnings
     from jaxid.fit.model import build_model
-    from jaxid.identification import Identification
 
     config = jaxid.fit.parse_fit_config(
         {"fit": {"name": "f"}, "arm": {"preset": "double_pendulum"}, "split": {"train": ["a"]}}

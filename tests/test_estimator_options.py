@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.estimators import base
-from jaxid.estimators.interface import (
+from jaxid.estimate import base
+from jaxid.estimate.interface import (
     ESTIMATORS,
     RLS,
     AbstractEstimator,
@@ -53,7 +53,7 @@ def data():
 # -- the class layer ------------------------------------------------------------------------------
 
 
-#: The classes that fit simulated records (the others fit logs only: jaxid.identification kernels).
+#: The classes that fit simulated records (the others fit logs only: jaxid.estimate.logs kernels).
 RECORD = {n: c for n, c in ESTIMATORS.items() if "record" in c.accepts()}
 #: Options whose class default is None, "the default of the data kind" (records: the function's).
 PER_DATA_DEFAULT = {"initial_covariance", "velocity_process_std"}
@@ -321,7 +321,7 @@ def test_traced_options_compile_once(data, name, options):
 
 def test_experiment_files_check_options_as_constructor_arguments():
     from jaxid.config import parse_experiment
-    from jaxid.config_common import ConfigError
+    from jaxid.config.common import ConfigError
 
     def setting(options):
         return {

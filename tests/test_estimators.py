@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid import crlb
-from jaxid.estimators import (
+from jaxid.estimate import (
     CONVERGED,
     ESTIMATORS,
     SINGULAR,
     UNSTRUCTURED_NAMES,
+    crlb,
     equation_error,
     get_estimator,
     ml,
@@ -21,7 +21,7 @@ from jaxid.estimators import (
     paper_template_response,
     parameter_values,
 )
-from jaxid.spectrum import fourier_coefficients
+from jaxid.measure.spectrum import fourier_coefficients
 
 DT = 0.1  # N = 1000 samples per period
 POINT = ("m1", "m2", "fv1", "fv2")
@@ -97,7 +97,7 @@ def test_paper_recovers_masses_on_its_own_template(arm):
     np.testing.assert_allclose(est.value, [5.0, 1.5], rtol=1e-8)
     # The template's b11, b22 are eq. 15's, and the fitted ω0², σ0 are those of A = −D0⁻¹K0.
     fit = paper_fit(fourier_coefficients(rec, exc), exc)
-    params = jaxid.estimators.paper_template_parameters(arm)
+    params = jaxid.estimate.paper_template_parameters(arm)
     np.testing.assert_allclose(
         fit.joint1, [params["omega0_sq"], params["sigma0"], params["p1"], params["B"][0, 0]], rtol=1e-8
     )

@@ -113,7 +113,7 @@ def test_a_multisine_on_any_number_of_joints():
     exc = jaxid.Multisine([[1, 4], [2, 5], [3, 7]], [[1.0, 0.5], [0.3, 0.2], [0.7, 0.1]], [[0, 1], [2, 3], [4, 5]])
     assert exc.joints == 3 and exc.lines == (1, 2, 3, 4, 5, 7) and exc.max_harmonic == 7
     t = jnp.linspace(0.0, exc.period, 97)
-    from jaxid.phasors import synthesise
+    from jaxid.excitation.phasors import synthesise
 
     np.testing.assert_allclose(synthesise(exc.phasors(), exc.line_frequencies, t), exc.torque(t), atol=1e-12)
     with pytest.raises(ValueError, match="amplitudes must have shape \\(3, 2\\)"):

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from jaxid.config import parse_experiment
-from jaxid.crlb import linear_crlb
-from jaxid.estimators.nonlinear import nonlinear_crlb
-from jaxid.linearisation import linearise
-from jaxid.measurement import add_noise
-from jaxid.phasors import respond
+from jaxid.estimate.crlb import linear_crlb
+from jaxid.estimate.nonlinear import nonlinear_crlb
+from jaxid.excitation.phasors import respond
+from jaxid.measure.noise import add_noise
+from jaxid.measure.spectrum import fourier_coefficients
 from jaxid.simulation import simulate
-from jaxid.spectrum import fourier_coefficients
+from jaxid.simulation.linearisation import linearise
 from jaxid.study import extras
 from jaxid.study.runner import _plan
 from jaxid.study.sampling import trial_key

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.integrate import sincos, sincos_parts, sincos_quadrant, torque_grid
 from jaxid.model import forward_dynamics, holding_torque
-from jaxid.rate_kernels import fast_rates
+from jaxid.simulation.integrate import sincos, sincos_parts, sincos_quadrant, torque_grid
+from jaxid.simulation.rate_kernels import fast_rates
 
 STEP = 0.01
 
@@ -148,7 +148,7 @@ def test_recorded_torque_is_the_applied_torque(setting, fast):
 
 
 def test_cpu_compiler_options_yield_to_xla_flags_and_outer_jit(monkeypatch):
-    from jaxid import batch
+    from jaxid.simulation import batch
 
     x = jnp.ones(2)
     monkeypatch.setattr(batch, "CPU_COMPILER_OPTIONS", {"xla_cpu_prefer_vector_width": "512"})

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from jaxid.cli import main
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
 from jaxid.fit import load_fit_config, parse_fit_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ import jaxid
 from jaxid.cli import main
 from jaxid.fit import choose_cutoff, parse_fit_config
 from jaxid.fit.model import build_model
-from jaxid.logs import load_log
+from jaxid.measure.logs import load_log
 from jaxid.model.description import load_parameters, save_parameters
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "double-pendulum"
@@ -290,7 +290,7 @@ def test_a_joint_that_only_dithers_warns(other_build, tmp_path, capsys):
 
 
 def test_no_driven_joint_is_an_error():
-    from jaxid.config_common import ConfigError
+    from jaxid.config.common import ConfigError
     from jaxid.fit.cutoff import excitation_frequency
 
     log = load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002, window=(0.0, 4.0))
@@ -300,9 +300,9 @@ def test_no_driven_joint_is_an_error():
 
 
 def test_an_implausible_training_error_is_refused():
-    from jaxid.config_common import ConfigError
+    from jaxid.config.common import ConfigError
+    from jaxid.estimate.logs import filter_log
     from jaxid.fit.checks import check_training_error
-    from jaxid.identification import filter_log
 
     log = filter_log(load_log(DATA / "trajectory_05.csv.gz", sample_step=0.002), 6.0)
     # The torque's own spread: its standard deviation about the run's mean, pooled over joints.

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxid.fit import selection
-from jaxid.logs import MeasuredLog
+from jaxid.measure.logs import MeasuredLog
 
 
 def _log(name, samples, step=0.01):

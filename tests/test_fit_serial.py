@@ -27,7 +27,7 @@ from _typecheck import package_errors
 
 import jaxid
 from jaxid.cli import main
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
 from jaxid.fit import parse_fit_config
 from jaxid.model.urdf import load_arm
 

@@ -13,16 +13,9 @@ import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.identification import (
-    FilteredLog,
-    accelerations,
-    filter_log,
-    idim_iv,
-    idim_ls,
-    kalman_filter_fit,
-    output_error,
-)
-from jaxid.identification.idim import _null_directions
+from jaxid.estimate.kalman.logs import kalman_filter_fit
+from jaxid.estimate.logs import FilteredLog, accelerations, filter_log, idim_iv, idim_ls, output_error
+from jaxid.estimate.logs.idim import _null_directions
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The fast paths of the log-side output error and EKF, against the exact answers they replace, and
 output error over another parametrisation (physically consistent output error on a UR5).
 
-- ``model_step`` (the RK4 step with its stages in a scan) equals ``jaxid.integrate.rk4_step`` bit
+- ``model_step`` (the RK4 step with its stages in a scan) equals ``jaxid.simulation.integrate.rk4_step`` bit
   for bit; the custom JVP of ``accelerations`` equals differentiating the solve (1e-12);
 - output error and the filters compile once per model and shapes: a second log, other data, the
   same program;
@@ -24,20 +24,21 @@ import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.consistency import (
+from jaxid.estimate import OutputError
+from jaxid.estimate.consistency import (
     consistent_least_squares,
     is_physically_consistent,
     project_to_consistent,
     standard_from_unconstrained,
     unconstrained_from_standard,
 )
-from jaxid.estimators import OutputError
-from jaxid.identification import ConsistentMap, RegressionModel, filter_log, idim_ls, kalman_filter_fit, output_error
-from jaxid.identification.data import _mass_and_accelerations, _rates, accelerations, model_step
-from jaxid.identification.idim import _stack, default_decimation, regression_rows
-from jaxid.integrate import rk4_step
-from jaxid.logs import MeasuredLog
-from jaxid.reference import random_fourier_trajectory
+from jaxid.estimate.kalman.logs import kalman_filter_fit
+from jaxid.estimate.logs import ConsistentMap, RegressionModel, filter_log, idim_ls, output_error
+from jaxid.estimate.logs.data import _mass_and_accelerations, _rates, accelerations, model_step
+from jaxid.estimate.logs.idim import _stack, default_decimation, regression_rows
+from jaxid.excitation.fourier import random_fourier_trajectory
+from jaxid.measure.logs import MeasuredLog
+from jaxid.simulation.integrate import rk4_step
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
 #: Consistent output error's held-out torque RMSE may exceed plain output error's by this factor. Measured
@@ -94,8 +95,8 @@ def test_output_error_and_ekf_compile_once_per_model(two_link):
     other = [eqx.tree_at(lambda d: d.q_raw, logs[0], logs[0].q_raw + 1e-5)]
     # The package re-exports the functions under the modules' names: import the modules themselves.
     programs = (
-        importlib.import_module("jaxid.identification.output_error")._shooting_blocks,
-        importlib.import_module("jaxid.identification.kalman")._filter_log,
+        importlib.import_module("jaxid.estimate.logs.output_error")._shooting_blocks,
+        importlib.import_module("jaxid.estimate.kalman.logs")._filter_log,
     )
     sizes = []
     for data in (logs, other):
@@ -175,7 +176,7 @@ def test_consistent_output_error_on_a_ur5(ur5):
     model = RegressionModel(regressor, base.names, consistent=ConsistentMap(arm, standard_regressor, base.values))
     consistent = model.consistent.parametrisation  # z -> base.values(standard_from_unconstrained(z))
     est, z = output_error(logs, regressor, base.names, parametrisation=consistent, start_z=start_z, return_z=True)
-    # The estimator class (jaxid.estimators.OutputError, constraint "consistent") is this call.
+    # The estimator class (jaxid.estimate.OutputError, constraint "consistent") is this call.
     by_class = OutputError(constraint="consistent", max_iterations=50)(logs, model, start=ls)
     np.testing.assert_allclose(by_class.value, est.value, rtol=1e-10, atol=1e-10 * np.abs(est.value).max())
     standard = standard_from_unconstrained(jnp.asarray(z))

@@ -5,12 +5,12 @@ they run too) and checked against ``LAYERS``: a module may import from its own l
 one, never from a higher one, and the import graph has no cycles.
 
 Importing ``jaxid.p.m`` also runs the package ``jaxid/p/__init__.py``; that counts as an import of
-``jaxid.p`` for a module outside ``p`` (this is how ``crlb`` → ``estimators.base`` closes a cycle
-through ``estimators/__init__``). The root package ``jaxid/__init__.py`` (which re-exports
+``jaxid.p`` for a module outside ``p`` (this is how ``estimate.crlb`` → ``estimate.base`` would close a cycle
+through ``estimate/__init__`` from outside the package). The root package ``jaxid/__init__.py`` (which re-exports
 everything) is not counted that way.
 
 A new module must be added to ``LAYERS`` (the test says so); a package entry covers its
-submodules (``"estimators"`` covers ``estimators.ekf``) unless a submodule is listed itself.
+submodules (``"estimate"`` covers ``estimate.kalman.records``) unless a submodule is listed itself.
 """
 
 from __future__ import annotations
@@ -22,46 +22,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxid"
 
 #: Layers from the bottom up; names are relative to ``jaxid`` ("__init__" is the package itself).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_platform", "types", "linalg", "phasors"),
-    ("model", "model.urdf", "model.serial", "model.unrolled", "excitation"),
-    ("linearisation",),
+    ("_platform", "_aliases", "types", "linalg", "excitation.phasors"),
+    ("model", "model.urdf", "model.serial", "model.unrolled", "excitation", "excitation.multisine"),
+    ("simulation.linearisation",),
+    ("simulation", "measure", "estimate.kalman.filters", "excitation.fourier"),
+    ("estimate",),
     (
-        "integrate",
-        "simulation",
-        "batch",
-        "rate_kernels",
-        "trajectory",
-        "transient",
-        "steady_state",
-        "measurement",
-        "spectrum",
-        "derivatives",
-        "table_logs",
-        "rosbag_logs",
-        "log_formats",
-        "logs",
-        "filters",
-        "kalman",
-        "reference",
-        "controllers",
-        "closed_loop_record",
-        "closed_loop_kernel",
-        "closed_loop_batch",
-        "closed_loop",
-    ),
-    ("crlb", "estimators", "identification", "consistency"),
-    (
-        "config_common",
         "config",
         "study",
-        "design",
-        "design_criteria",
-        "trajectory_design",
-        "trajectory_information",
+        "excitation.multisine_design",
+        "excitation.multisine_criteria",
+        "excitation.fourier_design",
+        "excitation.fourier_information",
         "fit",
         "benchmark",
     ),
-    ("report", "plots", "benchmark.report"),
+    ("report",),
     ("experiment", "cli", "__main__", "__init__"),
 )
 
@@ -221,6 +197,10 @@ def test_the_checker_sees_function_local_relative_and_package_imports():
     fake = PACKAGE / "study" / "fake.py"
     source = "import numpy\n\ndef f():\n    from ..report import write_tables\n    from . import runner\n"
     assert imports_of("study.fake", fake, source) == {"report", "study.runner"}
-    source = "from jaxid.estimators.base import register\n"
-    assert imports_of("crlb", PACKAGE / "crlb.py", source) == {"estimators.base", "estimators"}
-    assert layer("estimators.ekf") == layer("estimators") and layer("report") > layer("study")
+    source = "from jaxid.estimate.base import register\n"
+    design = PACKAGE / "excitation" / "multisine_design.py"
+    assert imports_of("excitation.multisine_design", design, source) == {"estimate.base", "estimate"}
+    assert layer("estimate.kalman.records") == layer("estimate") and layer("report") > layer("study")
+    assert layer("estimate.kalman.filters") < layer("estimate") and layer("simulation.linearisation") < layer(
+        "simulation"
+    )

@@ -10,9 +10,9 @@ import pytest
 
 import jaxid
 from jaxid import linalg
-from jaxid.derivatives import derivative_filter, periodic_derivatives
-from jaxid.integrate import applied_offset, rk4_step, sincos, torque_grid
-from jaxid.phasors import respond, synthesise
+from jaxid.excitation.phasors import respond, synthesise
+from jaxid.measure.derivatives import derivative_filter, periodic_derivatives
+from jaxid.simulation.integrate import applied_offset, rk4_step, sincos, torque_grid
 from jaxid.types import Status, require_float64
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.batch import DEFAULT_OPTIONS, _runner
-from jaxid.estimators.base import ESTIMATORS, get_estimator
+from jaxid.estimate.base import ESTIMATORS, get_estimator
+from jaxid.simulation.batch import DEFAULT_OPTIONS, _runner
 from jaxid.types import Record
 
 #: Estimator name -> LAPACK kernels it may still call, with the reason. Keep this short.

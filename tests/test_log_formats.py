@@ -1,4 +1,4 @@
-"""Logs as robots write them (``jaxid.log_formats``): a CSV without a header line (columns by index),
+"""Logs as robots write them (``jaxid.measure.log_formats``): a CSV without a header line (columns by index),
 a torque from motor currents (``torque_gain``), numpy ``.npz`` archives of named arrays, ROS 1 and
 ROS 2 bags of ``sensor_msgs/msg/JointState`` (written here with rosbags' own writers), and the measured
 velocities used by ``filter_log`` (``velocities = "measured"``).
@@ -18,10 +18,10 @@ import pytest
 
 import jaxid
 from jaxid.cli import main
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
+from jaxid.estimate.logs import filter_log
 from jaxid.fit import parse_fit_config
 from jaxid.fit.cutoff import load_logs
-from jaxid.identification import filter_log
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "double-pendulum"

@@ -8,8 +8,8 @@ import pytest
 from _simulated_log import write_logs
 
 import jaxid
-from jaxid.filters import default_cutoff, differentiate, dominant_frequency, lowpass, min_samples
-from jaxid.identification import filter_log
+from jaxid.estimate.logs import filter_log
+from jaxid.measure.filters import default_cutoff, differentiate, dominant_frequency, lowpass, min_samples
 
 REAL = Path(__file__).resolve().parent.parent / "data" / "double-pendulum" / "trajectory_03.csv.gz"
 

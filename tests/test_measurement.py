@@ -102,8 +102,8 @@ def test_line_noise_has_the_time_domain_distribution(nonlinear_two_periods, peri
     """Every statistic of the spectrum: same distribution from add_line_noise as from add_noise + FFT."""
     import scipy.stats
 
-    from jaxid.measurement import add_line_noise
-    from jaxid.spectrum import fourier_coefficients
+    from jaxid.measure.noise import add_line_noise
+    from jaxid.measure.spectrum import fourier_coefficients
 
     ex, rec = nonlinear_two_periods
     n = rec.samples_per_period
@@ -135,8 +135,8 @@ def test_line_noise_has_the_time_domain_distribution(nonlinear_two_periods, peri
 
 
 def test_line_noise_refuses_what_it_cannot_do_exactly(nonlinear_two_periods):
-    from jaxid.measurement import add_line_noise, line_noise_draws
-    from jaxid.spectrum import fourier_coefficients
+    from jaxid.measure.noise import add_line_noise, line_noise_draws
+    from jaxid.measure.spectrum import fourier_coefficients
 
     ex, rec = nonlinear_two_periods
     clean = jax.jit(lambda r: fourier_coefficients(r, ex))(rec)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.estimators import CONVERGED, FAILED, MAX_ITERATIONS, equation_error_fit, ml_fit, parameter_values
-from jaxid.estimators.equation_error import line_variance
-from jaxid.estimators.ml import (
+from jaxid.estimate import CONVERGED, FAILED, MAX_ITERATIONS, equation_error_fit, ml_fit, parameter_values
+from jaxid.estimate.equation_error import line_variance
+from jaxid.estimate.ml import (
     _normal_equations,
     gauss_newton_affine,
     gauss_newton_covariance,
@@ -19,9 +19,9 @@ from jaxid.estimators.ml import (
     output_error_residual,
 )
 from jaxid.linalg import inverse_2x2
-from jaxid.linearisation import affine_impedance, impedance_model
-from jaxid.measurement import add_line_noise
-from jaxid.spectrum import fourier_coefficients
+from jaxid.measure.noise import add_line_noise
+from jaxid.measure.spectrum import fourier_coefficients
+from jaxid.simulation.linearisation import affine_impedance, impedance_model
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 TRIALS = 64  # one batch shape throughout: the compiled fits are shared by the tests

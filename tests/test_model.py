@@ -7,7 +7,7 @@ import pytest
 from _mujoco_api import dense_inertia, mujoco
 
 import jaxid
-from jaxid.linearisation import corrected_point_mass_state_matrices, paper_state_matrices
+from jaxid.simulation.linearisation import corrected_point_mass_state_matrices, paper_state_matrices
 
 # -- an independent derivation: L = T - V from the link kinematics ------------------------------
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.crlb import fisher_information
-from jaxid.estimators.base import CONVERGED
-from jaxid.estimators.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
-from jaxid.steady_state import periodic_steady_state
+from jaxid.estimate.base import CONVERGED
+from jaxid.estimate.crlb import fisher_information
+from jaxid.estimate.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
+from jaxid.simulation.steady_state import periodic_steady_state
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 PAPER_STD = 0.1 / math.sqrt(12)
@@ -90,7 +90,7 @@ def test_structural_errors_raise(arm, records):
 
 def test_nonlinear_bound_close_to_linear_bound_at_small_amplitude(arm):
     # At small amplitude the nonlinear arm is its linearisation: the two bounds agree.
-    from jaxid.crlb import linear_crlb
+    from jaxid.estimate.crlb import linear_crlb
 
     ex = jaxid.table2("split", scale=0.02)
     nl = np.sqrt(np.diag(nonlinear_crlb(arm, ex, UNKNOWNS, 1e-3)))

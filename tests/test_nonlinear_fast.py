@@ -16,9 +16,9 @@ import pytest
 from _typecheck import package_errors
 
 import jaxid
-from jaxid.estimators.base import CONVERGED, ESTIMATORS
-from jaxid.estimators.nonlinear import _coarsening, _hermite, nonlinear_crlb, nonlinear_output_error
-from jaxid.steady_state import period_map, period_states, periodic_steady_state, torque_table
+from jaxid.estimate.base import CONVERGED, ESTIMATORS
+from jaxid.estimate.nonlinear import _coarsening, _hermite, nonlinear_crlb, nonlinear_output_error
+from jaxid.simulation.steady_state import period_map, period_states, periodic_steady_state, torque_table
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 PAPER_STD = 0.1 / math.sqrt(12)

@@ -1,7 +1,7 @@
 """Output error by streamed normal equations against a dense reference.
 
 ``output_error`` never forms the Jacobian: it accumulates ``JᵀJ`` and ``Jᵀr`` chunk by chunk of segments
-and eliminates the initial states (``jaxid.identification.shooting``). The reference here is the
+and eliminates the initial states (``jaxid.estimate.logs.shooting``). The reference here is the
 direct route it replaces: the whole residual vector as one JAX function of ``(θ, x_1 … x_S)``, its dense
 Jacobian by ``jax.jacfwd``, ``scipy.optimize.least_squares(method="trf", x_scale="jac", xtol=1e-10)``,
 and the covariance ``σ̂² (JᵀJ)⁻¹`` from an SVD of the column-scaled Jacobian.
@@ -31,16 +31,16 @@ from _simulated_log import write_logs
 from scipy.optimize import least_squares
 
 import jaxid
-from jaxid.identification import filter_log, idim_ls, output_error
-from jaxid.identification.data import simulate_segments, stage_torques
-from jaxid.identification.idim import segment_starts
-from jaxid.identification.output_error import angle_noise_std
-from jaxid.logs import MeasuredLog
-from jaxid.reference import random_fourier_trajectory
+from jaxid.estimate.logs import filter_log, idim_ls, output_error
+from jaxid.estimate.logs.data import simulate_segments, stage_torques
+from jaxid.estimate.logs.idim import segment_starts
+from jaxid.estimate.logs.output_error import angle_noise_std
+from jaxid.excitation.fourier import random_fourier_trajectory
+from jaxid.measure.logs import MeasuredLog
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
 #: The chunk program, from its module (the package re-exports the function under the module's name).
-PROGRAM = importlib.import_module("jaxid.identification.output_error")._shooting_blocks
+PROGRAM = importlib.import_module("jaxid.estimate.logs.output_error")._shooting_blocks
 
 
 def dense_output_error(logs, regressor, names, start, *, segment_s=0.5, stride=5, weight=100.0, max_nfev=50):

@@ -1,4 +1,4 @@
-"""RLS and IDIM-LS (jaxid.estimators.rls) and the periodic derivative filters (jaxid.derivatives)."""
+"""RLS and IDIM-LS (jaxid.estimate.rls) and the periodic derivative filters (jaxid.measure.derivatives)."""
 
 import math
 
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid import derivatives, kalman
-from jaxid.estimators import rls as rls_mod
-from jaxid.estimators.base import CONVERGED
+from jaxid.estimate import rls as rls_mod
+from jaxid.estimate.base import CONVERGED
+from jaxid.estimate.kalman import filters as kalman
+from jaxid.measure import derivatives
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 TRUTH = np.array([5.0, 1.5, 5.0, 2.0])

@@ -153,7 +153,7 @@ def test_batch_equals_loop_and_compiles_once(arm, monkeypatch):
     opts = dict(discard_periods=1, measured_periods=2)
     # Count traces of the per-trial function from a fresh compiled runner.
     traces = []
-    batch = sys.modules["jaxid.batch"]
+    batch = sys.modules["jaxid.simulation.batch"]
     monkeypatch.setattr(batch, "trajectory", lambda *a, real=batch.trajectory, **k: traces.append(1) or real(*a, **k))
     batch._runner.cache_clear()
     rec = jaxid.simulate_batch(arms, ex, scales=scales, initial_states=y0, **opts)

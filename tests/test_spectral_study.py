@@ -7,7 +7,7 @@ import pytest
 
 import jaxid
 from jaxid.config import parse_experiment
-from jaxid.config_common import ConfigError
+from jaxid.config.common import ConfigError
 
 
 def _raw(path: str, trials: int = 300, chunk: int = 300, **defaults):

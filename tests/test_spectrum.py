@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxid
-from jaxid.spectrum import fourier_coefficients
+from jaxid.measure.spectrum import fourier_coefficients
 
 DT = 0.1  # N = 1000 samples per 100-s period: fast, and far above Nyquist for harmonic 43
 

@@ -89,7 +89,7 @@ def assert_same_trials(left, right, close=None):
 CHUNK_WIDTH = {"std": 1e-15}
 
 #: The sharded simulation runs a device's share of the parameter sets as one vmap: a share of
-#: width 1 compiles to scalar code, ~1e-17 rad away from width 2 and up (jaxid/batch.py), and
+#: width 1 compiles to scalar code, ~1e-17 rad away from width 2 and up (jaxid/simulation/batch.py), and
 #: the estimators carry that into the last digits of their estimates.
 SHARE_WIDTH = {"estimate": 1e-9, "std": 1e-9}
 
@@ -234,7 +234,7 @@ def test_summarise_counts_failures_and_uses_ok_trials_only():
 
 def _drawn(run_dir):
     """Redraw a run's figures, keeping each matplotlib figure (by file name) for inspection."""
-    import jaxid.plots as plots
+    import jaxid.report.figures as plots
 
     figures = {}
     real = plots._save
@@ -516,7 +516,7 @@ def test_float32_is_refused_with_a_one_line_message(tmp_path):
     estimators' tolerances assume it)."""
     import jax
 
-    from jaxid.estimators import get_estimator
+    from jaxid.estimate import get_estimator
 
     arm, exc = jaxid.point_mass(), jaxid.table2("split", 0.25)
     arms = jax.tree.map(lambda x: x[None], arm)

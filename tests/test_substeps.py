@@ -1,4 +1,4 @@
-"""RK4 substeps per log sample (``jaxid.identification.data``): ``model_step(substeps=k)`` and the
+"""RK4 substeps per log sample (``jaxid.estimate.logs.data``): ``model_step(substeps=k)`` and the
 stiffness rule ``stable_substeps``, against a stiff linear joint whose solution is known exactly.
 
 The joint ``m q'' + c q' + k q = τ`` (regressor ``[q'', q', q]``, ``θ = (m, c, k)``) with ``c² ≫ 4 m k`` has
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.identification.data import FilteredLog, model_step, simulate_segments, stable_substeps, stage_torques
+from jaxid.estimate.logs.data import FilteredLog, model_step, simulate_segments, stable_substeps, stage_torques
 
 M, C, K = 1.0, 600.0, 1000.0
 H = 0.01  # h |s₂| ≈ 6.0: beyond RK4's stability limit (≈ 2.8) with one step per sample

@@ -1,4 +1,4 @@
-"""Excitation design by gradient (``jaxid.trajectory_design``) on the two-link URDF arm.
+"""Excitation design by gradient (``jaxid.excitation.fourier_design``) on the two-link URDF arm.
 
 Anchors: the bound equals numpy normal equations on a regressor built independently (inverse
 dynamics of unit parameter vectors, by linearity) and the Monte Carlo covariance of weighted least
@@ -13,11 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.model.base_parameters import base_parameters
-from jaxid.model.urdf import load_arm
-from jaxid.reference import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
-from jaxid.trajectory_design import design_trajectory
-from jaxid.trajectory_information import (
+from jaxid.excitation.fourier import (
+    FourierTrajectory,
+    JointLimits,
+    check_limits,
+    joint_limits,
+    random_fourier_trajectory,
+)
+from jaxid.excitation.fourier_design import design_trajectory
+from jaxid.excitation.fourier_information import (
     DEFAULT_FLOORS,
     base_parameter_bound,
     information_matrix,
@@ -25,6 +29,8 @@ from jaxid.trajectory_information import (
     regressor_condition,
     relative_bound_trace,
 )
+from jaxid.model.base_parameters import base_parameters
+from jaxid.model.urdf import load_arm
 
 ROOT = Path(__file__).resolve().parent.parent
 ROBOTS = ROOT / "data" / "robots"
@@ -186,7 +192,7 @@ def test_bad_input_is_a_one_line_value_error(setup, options, message):
 
 def test_line_amplitudes_keep_each_joints_power_and_lower_the_linear_bound():
     import jaxid
-    from jaxid.design import design_line_amplitudes
+    from jaxid.excitation.multisine_design import design_line_amplitudes
 
     excitation = jaxid.table2("split", scale=0.5)
     design = design_line_amplitudes(jaxid.table1(), excitation, noise_std=0.01, steps=15)

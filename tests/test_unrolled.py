@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.closed_loop import simulate_closed_loop
-from jaxid.closed_loop_kernel import _closed_loop, fast_path
-from jaxid.closed_loop_record import MeasurementNoise
-from jaxid.controllers import ComputedTorque, PDController
+from jaxid.excitation.fourier import joint_limits, random_fourier_trajectory
 from jaxid.model import arm_preset, unrolled
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
-from jaxid.reference import joint_limits, random_fourier_trajectory
+from jaxid.simulation.closed_loop import simulate_closed_loop
+from jaxid.simulation.closed_loop_kernel import _closed_loop, fast_path
+from jaxid.simulation.closed_loop_record import MeasurementNoise
+from jaxid.simulation.controllers import ComputedTorque, PDController
 
 ROBOTS = Path(__file__).resolve().parent.parent / "data" / "robots"
 PANDA_FINGERS = ("panda_finger_joint1", "panda_finger_joint2")

@@ -19,7 +19,7 @@ import pytest
 from _mujoco_api import mujoco
 
 import jaxid
-from jaxid.consistency import is_physically_consistent
+from jaxid.estimate.consistency import is_physically_consistent
 from jaxid.fit.writeback import choose_standard_parameters, export_arm_files, urdf_text, written_options
 from jaxid.model.chain import UrdfWarning
 

@@ -6,8 +6,15 @@ trial a closed-loop log and every estimator on it (``trial``); chunks on disk, r
 (``runner``); tables and figures (``report``). ``jaxid run`` dispatches on the kind.
 """
 
+from ..config.benchmark import (
+    BENCHMARK_DEFAULTS,
+    BENCHMARK_ESTIMATORS,
+    Benchmark,
+    is_benchmark,
+    load_benchmark,
+    parse_benchmark,
+)
 from .bound import base_parameter_crlb
-from .config import BENCHMARK_DEFAULTS, BENCHMARK_ESTIMATORS, Benchmark, is_benchmark, load_benchmark, parse_benchmark
 from .runner import run_benchmark
 from .trial import ESTIMATOR_DOC, BenchmarkPlan, make_plan
 

@@ -12,7 +12,7 @@ in one program:
    ``Y`` the regressor at every sample, computed on the device and never stored for a whole chunk.
 3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
    loop): ``ls_kernel`` (IDIM-LS's one kernel, also ``idim_ls``'s), RLS over its weighted rows
-   (``jaxid.kalman.recursive_least_squares``), ``consistent_least_squares`` on the standard
+   (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
    ``idim_ls_consistent``'s covariance mapping).
 
@@ -31,21 +31,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..consistency import consistent_least_squares
-from ..estimators import make_estimator
-from ..filters import lowpass
-from ..identification import FilteredLog
-from ..identification.data import _check_length, filter_signals
-from ..identification.idim import Identification, _jnp_unit_columns, default_decimation, ls_kernel
-from ..kalman import recursive_least_squares
-from ..logs import MeasuredLog
+from ..estimate import make_estimator
+from ..estimate.consistency import consistent_least_squares
+from ..estimate.kalman.filters import recursive_least_squares
+from ..estimate.logs import FilteredLog
+from ..estimate.logs.data import _check_length, filter_signals
+from ..estimate.logs.idim import Identification, _jnp_unit_columns, default_decimation, ls_kernel
+from ..measure.filters import lowpass
+from ..measure.logs import MeasuredLog
 from ..types import Status
 
 __all__ = ["BATCHED", "run_chunk", "batched_fits"]
 
 #: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
 BATCHED = ("idim_ls", "rls", "idim_ls_consistent")
-#: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.identification.idim_rls``'s defaults).
+#: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.estimate.logs.idim_rls``'s defaults).
 RLS_INITIAL_COVARIANCE = 1e8
 
 

@@ -11,7 +11,7 @@ the benchmark: an estimator that sees the states only through noisy angles (and 
 beat it; IDIM-LS on the exact states reaches it (``tests/test_benchmark.py`` checks that against the
 spread of IDIM-LS over many noise draws).
 
-The information and its scaled inverse are ``jaxid.trajectory_design``'s kernels
+The information and its scaled inverse are ``jaxid.excitation.fourier_design``'s kernels
 (``regressor_information``, ``inverse_information``: the bound a designed excitation minimises);
 this adds the rank test on unit-norm columns and the conventions below.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from ..trajectory_design import inverse_information, regressor_information
+from ..excitation.fourier_design import inverse_information, regressor_information
 
 __all__ = ["base_parameter_crlb"]
 

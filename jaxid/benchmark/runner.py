@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..config.benchmark import Benchmark
 from ..study.files import config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from ..types import require_float64
 from .batched import run_chunk
-from .config import Benchmark
 from .trial import make_plan, simulate_trials
 
 __all__ = ["run_benchmark"]

@@ -34,18 +34,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
-from ..config import Setting
-from ..estimators import IdimLS, make_estimator
+from ..config.benchmark import Benchmark
+from ..config.study import Setting
+from ..estimate import IdimLS, make_estimator
+from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
+from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
-from ..identification import ConsistentMap, RegressionModel, filter_log
-from ..logs import MeasuredLog
+from ..measure.logs import MeasuredLog
 from ..model import SerialArm, base_parameters
-from ..reference import FourierTrajectory, check_limits, random_fourier_trajectory
+from ..simulation.closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
 from .bound import base_parameter_crlb
-from .config import Benchmark
 
 __all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "ESTIMATOR_DOC", "validation_rmse"]
 
@@ -56,7 +56,7 @@ ESTIMATOR_DOC = {
     "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
     "formula at the bounded solution)",
     "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
-    "(log-Cholesky, jaxid.consistency; regularised towards a prior with prior_error); std: IDIM-LS's",
+    "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: IDIM-LS's",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
     "coordinates)",
     "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
@@ -118,9 +118,9 @@ def _reference(plan_arm: SerialArm, s: Setting, seed: int) -> FourierTrajectory:
         return random_fourier_trajectory(
             plan_arm, s["harmonics"], s["period"], key=jax.random.key(s["trajectory_seed"]), margin=s["margin"]
         )
-    # A designed excitation (``jaxid.trajectory_design``; the config checks it is available): its
+    # A designed excitation (``jaxid.excitation.fourier_design``; the config checks it is available): its
     # criterion minimised from the random start of ``trajectory_seed``, for this setting's noise.
-    from ..trajectory_design import design_trajectory
+    from ..excitation.fourier_design import design_trajectory
 
     result = design_trajectory(
         plan_arm,

@@ -29,7 +29,7 @@ fixed ones, consistency checks), ``cutoff`` (the logs and the automatic filter c
 jackknife, figures, manifest).
 """
 
-from .config import ESTIMATOR_NAMES, FitConfig, load_fit_config, parse_fit_config
+from ..config.fit import ESTIMATOR_NAMES, FitConfig, load_fit_config, parse_fit_config
 from .cutoff import choose_cutoff
 from .model import consistency_checks
 from .runner import FitExists, run_fit

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import FitConfig, config_error
+from ..config.fit import FitConfig, config_error
 from .model import FitModel
 
 __all__ = ["load_logs", "filter_all", "choose_cutoff", "drive_table", "excitation_frequency", "MOVES_RAD", "COHERENCE"]
@@ -75,13 +75,13 @@ def _load_logs(config: FitConfig, names: list[str], sample_step: float | None = 
 
     A log ``name`` is the first of ``name.csv.gz``, ``name.csv``, ``name.parquet``, ``name.pq``,
     ``name.npz``, ``name.bag`` (ROS 1) and a directory ``name/`` holding a ROS 2 bag (``metadata.yaml``)
-    that exists; the formats and keys are ``jaxid.log_formats``'s. A bag's joints are picked by name:
+    that exists; the formats and keys are ``jaxid.measure.log_formats``'s. A bag's joints are picked by name:
     ``log.joints``, else a URDF/MJCF arm's joint names, else the messages' own order. The torque columns
     are multiplied by ``log.torque_gain``. With ``log.angle_unit = "deg"`` the angles (and velocities)
     are converted to radians here.
     """
-    from ..log_formats import log_format
-    from ..logs import load_log
+    from ..measure.log_formats import log_format
+    from ..measure.logs import load_log
 
     opts = config.section("log")
     joints = config.arm.dof
@@ -144,7 +144,7 @@ def _load_logs(config: FitConfig, names: list[str], sample_step: float | None = 
 
 def filter_all(logs, cutoff, flt):
     """Every log filtered at ``cutoff`` [Hz] with the ``[filter]`` options ``flt``."""
-    from ..identification.data import filter_log
+    from ..estimate.logs.data import filter_log
 
     return {
         n: filter_log(
@@ -169,7 +169,7 @@ def _coherence_at(tau: np.ndarray, q: np.ndarray, step: float, freq: float) -> f
 
 def drive_table(logs) -> list[dict[str, Any]]:
     """Per run and joint: angle span, torque peak, coherence and the driven decision (module docstring)."""
-    from ..filters import dominant_frequency
+    from ..measure.filters import dominant_frequency
 
     rows = []
     for run, log in logs.items():
@@ -230,7 +230,7 @@ def choose_cutoff(
     config: FitConfig, train_logs, model: FitModel
 ) -> tuple[float, float, list[dict[str, Any]], list[dict[str, Any]]]:
     """The cut-off [Hz] by the rule of the module docstring; returns ``(cutoff, f_exc, table, drive)``."""
-    from ..estimators import IdimLS
+    from ..estimate import IdimLS
     from .model import regression_model
     from .selection import cross_validate, training_folds
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..identification.model import ConsistentMap, RegressionModel
+from ..config.fit import FitConfig, config_error
+from ..estimate.logs.model import ConsistentMap, RegressionModel
 from ..types import did_you_mean
-from .config import FitConfig, config_error
 
 __all__ = [
     "FitModel",
@@ -63,7 +63,7 @@ class FitModel:
         import jax
         import jax.numpy as jnp
 
-        from ..identification.data import model_torque
+        from ..estimate.logs.data import model_torque
 
         if self._mass is None:
             q = jnp.asarray(mass_postures(self.arm))
@@ -77,7 +77,7 @@ class FitModel:
 
     def embed(self, est):
         """The estimate as a full base vector (fixed parameters at their values, std 0)."""
-        from ..identification import Identification
+        from ..estimate.logs import Identification
 
         p = len(self.names)
         value = np.array(self.fixed_values, dtype=float)
@@ -188,7 +188,7 @@ class StandardColumns:
 
 class BaseColumns:
     """Columns ``columns`` of an arm's base regressor, ``Y_B[..., columns]`` ``(..., n, len(columns))``, and
-    its product with parameters computed without forming it (``jaxid.identification.data.Regressor``).
+    its product with parameters computed without forming it (``jaxid.estimate.logs.data.Regressor``).
 
     ``Y_B[..., columns] θ = Y φ``: the standard regressor times the standard vector ``φ`` holding ``θ`` at
     the kept standard columns ``base.independent[columns]`` and 0 elsewhere; the inverse dynamics are
@@ -257,7 +257,7 @@ def nonnegative_names(names, labels) -> tuple[str, ...]:
 
 
 def regression_model(model: FitModel, prior: np.ndarray | None = None) -> RegressionModel:
-    """The fit's free parameters as the estimators see them (``jaxid.identification.RegressionModel``):
+    """The fit's free parameters as the estimators see them (``jaxid.estimate.logs.RegressionModel``):
     regressor, names, the fixed parameters' torque, the sign constraints and, for a ``SerialArm`` with
     every base parameter free, the consistent map (prior: ``prior``, else the arm's own standard
     parameters, e.g. its URDF's)."""

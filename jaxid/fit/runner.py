@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..estimators import make_estimator
+from ..config.fit import FitConfig
+from ..estimate import make_estimator
 from .checks import (
     check_band,
     check_horizons,
@@ -21,7 +22,6 @@ from .checks import (
     nominal_warnings,
     validation_warnings,
 )
-from .config import FitConfig
 from .cutoff import choose_cutoff, filter_all, load_logs
 from .export import export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
@@ -47,7 +47,7 @@ class FitWarning(UserWarning):
 
 
 def _estimate(name, config, train, model, ls):
-    """The estimator ``name`` of ``jaxid.estimators`` with the config's options, on the training logs."""
+    """The estimator ``name`` of ``jaxid.estimate`` with the config's options, on the training logs."""
     estimator = make_estimator(name, config.estimator_options(name))
     return estimator(list(train.values()), regression_model(model), start=ls)
 
@@ -69,7 +69,7 @@ def _start(name: str, ls, estimates):
     consistent = estimates.get("idim_ls_consistent")
     if name in _LEAST_SQUARES or consistent is None or consistent.status != "ok" or ls is None:
         return ls
-    from ..identification import Identification
+    from ..estimate.logs import Identification
 
     free = [consistent.names.index(n) for n in ls.names]
     value = np.asarray(consistent.value)[free]
@@ -134,7 +134,7 @@ def _reason(err: BaseException) -> str:
 def _default_estimator(config, train_raw, model, estimates, cutoff, flt, val):
     """``(name, table)``: the default estimate by ``DEFAULT_RULE`` (or the config's ``validation.headline``),
     and per candidate its leave-one-fold-out torque RMSE beside the nominal parameters' on the same folds."""
-    from ..estimators import IdimLS, make_estimator
+    from ..estimate import IdimLS, make_estimator
     from .cutoff import filter_all
 
     folds = training_folds(train_raw)
@@ -297,7 +297,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
     figure_paths, figure_failures = [], {}
     if figures:
-        from ..identification.figures import make_fit_figures
+        from .figures import make_fit_figures
 
         figure_paths = attempt(
             "figures",

@@ -55,7 +55,7 @@ def training_folds(logs: dict[str, Any]) -> list[list[tuple[str, Any]]]:
 def fold_score(model, theta, evaluation_logs) -> tuple[float, int]:
     """``(sum of squared torque errors, count)`` of base parameters ``theta`` on evaluation-band logs,
     pooled over their usable samples and joints."""
-    from ..identification.validation import torque_rmse
+    from ..estimate.logs.validation import torque_rmse
 
     total, count = 0.0, 0
     for d in evaluation_logs:

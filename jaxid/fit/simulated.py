@@ -7,10 +7,10 @@ velocity and torque noise; viscous and Coulomb friction, rotor inertia and torqu
 true arm; a nominal URDF whose inertial parameters are off by a stated amount; and the true URDF.
 
 **What is simulated.** The true arm (the URDF's links, plus ``viscous``, ``coulomb``, ``armature``,
-``offset``) tracks a random Fourier reference (``jaxid.reference.random_fourier_trajectory``: ``harmonics``
+``offset``) tracks a random Fourier reference (``jaxid.excitation.fourier.random_fourier_trajectory``: ``harmonics``
 harmonics of ``1/period`` Hz, within ``margin`` of the joint limits, one seed per run) with a PD
 controller tuned on the *nominal* arm, its feed-forward the nominal inverse dynamics
-(``jaxid.closed_loop.PDController.tuned``, 10 Hz); control and simulation at ``1/control_rate``
+(``jaxid.simulation.closed_loop.PDController.tuned``, 10 Hz); control and simulation at ``1/control_rate``
 (zero-order hold), noise through the measured signals (so it enters the loop, as on a robot).
 
 **Logging.** The logger writes one row about every ``1 / log_rate`` s: row ``k`` is the simulation
@@ -118,9 +118,9 @@ def simulated_logs(
     """
     import jax
 
-    from ..closed_loop import MeasurementNoise, PDController, simulate_closed_loop
+    from ..excitation.fourier import random_fourier_trajectory
     from ..model.urdf import load_arm
-    from ..reference import random_fourier_trajectory
+    from ..simulation.closed_loop import MeasurementNoise, PDController, simulate_closed_loop
     from ..types import Status
 
     out = Path(out)

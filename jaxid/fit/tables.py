@@ -43,10 +43,10 @@ def parameters_table(estimates, model, jackknife):
 
 def simulation_substeps(model, thetas, logs) -> int:
     """RK4 steps per sample for every free simulation of a fit: the most that
-    ``jaxid.identification.data.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
+    ``jaxid.estimate.logs.data.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
     on ``logs`` (``{run: FilteredLog}``). One integrator for every model compared, and one compiled
     program; a model whose state Jacobian is not finite there is left out of the maximum."""
-    from ..identification.data import stable_substeps
+    from ..estimate.logs.data import stable_substeps
 
     runs = list(logs.values())
     return max([1] + [stable_substeps(model.regressor, theta, runs)[0] for theta in thetas.values()])
@@ -63,7 +63,7 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None, sub
     ``substeps``: RK4 steps per sample of the free simulations (default: ``simulation_substeps``)."""
     import pandas as pd
 
-    from ..identification.validation import free_simulation_rmse, torque_rmse
+    from ..estimate.logs.validation import free_simulation_rmse, torque_rmse
 
     val = config.section("validation")
     if substeps is None:
@@ -140,8 +140,8 @@ def frequency_view(config, filtered, model, thetas, f_exc_train):
     lines always, angle lines (free simulation of the whole run) for the two-link arm only."""
     import pandas as pd
 
-    from ..filters import dominant_frequency
-    from ..identification.validation import free_simulation, frequency_lines, torque_prediction
+    from ..estimate.logs.validation import free_simulation, frequency_lines, torque_prediction
+    from ..measure.filters import dominant_frequency
     from .model import _two_link
 
     # The angle lines come from a free simulation of the whole run: meaningful for the hanging two-link

@@ -12,7 +12,7 @@ physically consistent ``φ`` (each link's pseudo-inertia ``⪰ 0``; armature, vi
 description's: its URDF or MJCF values with the ``[arm]`` options) in ``Σ_k s_k² (φ_k − φ₀_k)²``, where
 ``s_k`` is the RMS over ``STATES`` random states of the standard regressor's column ``k`` (the torque of
 a unit change of that parameter alone; a parameter that never enters the torque: 1 % of the median).
-It is solved with ``jaxid.consistency.consistent_least_squares`` over the log-Cholesky parametrisation:
+It is solved with ``jaxid.estimate.consistency.consistent_least_squares`` over the log-Cholesky parametrisation:
 ``‖Y φ − Y φ_β‖²`` on the random states (``φ_β``: any vector with ``K φ_β = β``) plus ``PRIOR_WEIGHT``
 times the scaled squared distance to ``φ₀`` (a penalty, so the minimiser ``φ₁`` is the rule's up to
 ``O(PRIOR_WEIGHT)``); then polished by the same fit without that pull, regularised towards ``φ₁``
@@ -119,7 +119,7 @@ def choose_standard_parameters(arm, base, beta, *, nominal=None) -> ChosenParame
     """
     import jax.numpy as jnp
 
-    from ..consistency import consistent_least_squares, is_physically_consistent
+    from ..estimate.consistency import consistent_least_squares, is_physically_consistent
     from ..model import standard_parameters
 
     n = arm.dof

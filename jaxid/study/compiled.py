@@ -12,10 +12,10 @@ import time
 import equinox as eqx
 import jax
 
-from ..estimators import equation_error_fit, make_estimator, ml_fit
-from ..measurement import add_line_noise, add_noise
-from ..simulation import Record
-from ..spectrum import fourier_coefficients
+from ..estimate import equation_error_fit, make_estimator, ml_fit
+from ..measure.noise import add_line_noise, add_noise
+from ..measure.spectrum import fourier_coefficients
+from ..simulation.open_loop import Record
 
 __all__ = [
     "noisy_records",

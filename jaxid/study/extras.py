@@ -17,14 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..crlb import linear_crlb
-from ..estimators import resolve_unknowns
-from ..estimators.nonlinear import nonlinear_crlb
-from ..linearisation import linearise
-from ..measurement import add_noise, noise_mean
-from ..phasors import respond
-from ..simulation import Record
-from ..spectrum import fourier_coefficients
+from ..estimate import resolve_unknowns
+from ..estimate.crlb import linear_crlb
+from ..estimate.nonlinear import nonlinear_crlb
+from ..excitation.phasors import respond
+from ..measure.noise import add_noise, noise_mean
+from ..measure.spectrum import fourier_coefficients
+from ..simulation.linearisation import linearise
+from ..simulation.open_loop import Record
 from .files import write_text
 from .sampling import trial_key
 

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from ..config_common import ConfigError, Experiment
+from ..config.common import ConfigError, Experiment
 from .hosts import is_writer
 
 __all__ = ["RunExists", "check_run_dir", "write_parquet", "write_text", "prepare_run_dir", "new_manifest"]

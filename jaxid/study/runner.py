@@ -32,12 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..config_common import Experiment, Setting
-from ..estimators import ESTIMATOR_STATUS, ESTIMATORS, parameter_values, resolve_unknowns
-from ..excitation import Multisine
-from ..measurement import noise_mean, noise_std
+from ..config.common import Experiment, Setting
+from ..estimate import ESTIMATOR_STATUS, ESTIMATORS, parameter_values, resolve_unknowns
+from ..excitation.multisine import Multisine
+from ..measure.noise import noise_mean, noise_std
 from ..model import TwoLinkArm
-from ..simulation import STATUS_NAMES, Record, simulate_batch
+from ..simulation.open_loop import STATUS_NAMES, Record, simulate_batch
 from ..types import require_float64
 from .compiled import clean_spectra, compiled, estimator_fn, freeze, noisy_records, noisy_spectra, spectral_estimator_fn
 from .extras import write_setting_extras
@@ -247,7 +247,7 @@ def run_study(exp: Experiment, out: str | Path, *, overwrite: bool = False, prog
 
     Writes ``config.json``, ``manifest.json`` (``complete`` once every chunk and every setting's
     extras are on disk) and ``chunks/``; the tables and figures are built from these by
-    ``jaxid.report.write_tables`` and ``jaxid.plots.make_figures`` (``jaxid.run_experiment``
+    ``jaxid.report.write_tables`` and ``jaxid.report.figures.make_figures`` (``jaxid.run_experiment``
     does all three).
 
     First checks the whole experiment (``validate_experiment``): a bad setting raises

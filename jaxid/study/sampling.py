@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config_common import Setting
-from ..excitation import Multisine, table2
+from ..config.common import Setting
+from ..excitation.multisine import Multisine, table2
 from ..model import TwoLinkArm
 from ..model.description import arm_from_description
-from ..transient import transient_periods_each
+from ..simulation.transient import transient_periods_each
 
 __all__ = [
     "setting_key",

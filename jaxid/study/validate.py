@@ -19,9 +19,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from ..config_common import ConfigError, Experiment, Setting
-from ..estimators import ESTIMATORS
-from ..measurement import noise_std
+from ..config.common import ConfigError, Experiment, Setting
+from ..estimate import ESTIMATORS
+from ..measure.noise import noise_std
 from ..model import TwoLinkArm
 from ..types import require_float64, steps_per_period
 from .sampling import NORMAL_SPREAD, build_arm, build_excitation

@@ -1,0 +1,14 @@
+"""Configuration files, read in one place: a study's TOML (``study``, re-exported here), a fit's
+(``fit``) and a benchmark's (``benchmark``).
+"""
+
+from .study import (
+    SETTING_DEFAULTS,
+    ConfigError,
+    Experiment,
+    Setting,
+    load_experiment,
+    parse_experiment,
+)
+
+__all__ = ["ConfigError", "Experiment", "Setting", "load_experiment", "parse_experiment", "SETTING_DEFAULTS"]

@@ -1,0 +1,379 @@
+"""The EKF/UKF on measured logs: augmented state ``(q, q', θ)`` (``2 n + p``), the model of the regressor.
+
+The generic filters of ``jaxid.estimate.kalman.filters`` run with this transition: one RK4 step
+(``jaxid.estimate.logs.data.model_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
+measured torque at the stages ``t, t + Δ/2, t + Δ``; ``θ`` constant (no random walk). The
+emissions are the measured (resampled, unfiltered) angles.
+
+Noise model (stated, not tuned on held-out data): measurement std ``measurement_std`` [rad]
+(default: the angle noise about the filtered angle, at least 1e-3 rad — the model error of a real
+arm dwarfs the encoder noise, and a filter told otherwise becomes overconfident); velocity
+process noise ``velocity_process_std`` [rad/s per step] (default 0.01). The logs are processed in
+turn, the parameter mean and covariance of one log's end the prior of the next; the first prior
+is the start estimate with std ``max(initial_relative_std · |θ|, 10 · its std)``.
+
+Damped θ update (``mass_floor``, default 0.9): on poorly exciting data the unexcited directions of
+θ keep a wide prior, and the first updates can carry θ where the model's mass matrix is not positive
+definite; when the arm then moves through angles where it is singular, the accelerations and the
+filter blow up (the Panda's ``consistency_poor`` trials: indefinite within 10 samples, non-finite
+after 270-1700). So each θ update is shortened to the largest of 1, 1/2, …, 1/16, 0 that keeps
+``D(q, θ) − floor · I`` positive definite at ``MASS_POINTS`` angles of the log (``D`` is linear in θ:
+exact, and cheap per step), ``floor`` = ``mass_floor`` × the start's smallest eigenvalue there; the
+covariance is that of the gain used (``jaxid.estimate.kalman.filters``). A start that is not positive definite there
+gets ``floor = 0``. Keeping the eigenvalue near the start's also keeps the model about as stiff as
+the start that chose the RK4 substeps (``stable_substeps``). ``mass_floor = 0`` turns it off.
+
+Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the
+data, start and noise levels traced), so the logs of a benchmark setting's trials compile once; the
+EKF's transition Jacobian goes through the accelerations' custom JVP and one copy of the model per
+step (``jaxid.estimate.logs.data``), and ``jaxid.estimate.kalman.filters`` traces the transition once per step.
+``kalman_filter_batch`` runs many trials' logs (one each) as one ``vmap`` of that program.
+
+Standard deviations: the final filtered covariance of ``θ`` — exact only for a linear-Gaussian
+model with the stated noise; it ignores linearisation error and the model error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import linalg
+from ..logs.data import FilteredLog, Known, Regressor, model_step, model_torque, stable_substeps, stage_torques
+from ..logs.idim import Identification
+from ..logs.output_error import angle_noise_std
+from .filters import extended_kalman_filter, unscented_kalman_filter
+
+__all__ = ["kalman_filter_batch", "kalman_filter_fit"]
+
+
+def kalman_filter_fit(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    start: Identification,
+    kind: str = "ekf",
+    measurement_std: float | None = None,
+    velocity_process_std: float = 0.01,
+    initial_relative_std: float = 0.3,
+    known: Known | None = None,
+    mass_floor: float = 0.9,
+) -> Identification:
+    """Run the EKF (``kind="ekf"``) or UKF (``"ukf"``) over the logs in turn (module docstring).
+
+    ``known``: torque of fixed parameters (default none). ``mass_floor``: the damped θ update keeps
+    the model's mass matrix, at ``MASS_POINTS`` angles of the logs, above this fraction of the start's
+    smallest eigenvalue there (0: no limit; module docstring). Raises ``ValueError`` if the filter
+    diverges.
+    """
+    prep = _prepare(logs, start, kind, measurement_std, initial_relative_std, mass_floor, regressor, known)
+    theta, cov = prep["theta"], prep["cov"]
+    m = 2 * logs[0].joints
+    resid = []
+    for d in logs:
+        y, stages = _log_arrays(d)
+        mean, full_cov, filtered_q = _filter_log(
+            jnp.asarray(theta),
+            jnp.asarray(cov),
+            jnp.asarray(y),
+            jnp.asarray(stages),
+            d.q[d.usable.start],
+            d.qd[d.usable.start],
+            jnp.asarray(prep["r_std"]),
+            jnp.asarray(float(velocity_process_std)),
+            jnp.asarray(prep["mass_basis"]),
+            jnp.asarray(prep["mass_constant"]),
+            jnp.asarray(prep["floor"]),
+            regressor=regressor,
+            known=known,
+            kind=kind,
+            sample_step=prep["sample_step"],
+            substeps=prep["substeps"],
+        )
+        mean, full_cov = np.asarray(mean), np.asarray(full_cov)
+        error = _divergence(mean, full_cov, d, kind, initial_relative_std, velocity_process_std)
+        if error is not None:
+            raise error
+        theta, cov = mean[m:], full_cov[m:, m:]
+        resid.append(np.asarray(filtered_q) - y)
+    return _identification(kind, tuple(names), theta, cov, np.concatenate(resid), len(logs), prep, velocity_process_std)
+
+
+def kalman_filter_batch(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    starts: Sequence[Identification],
+    kind: str = "ekf",
+    measurement_std: float | None = None,
+    velocity_process_std: float = 0.01,
+    initial_relative_std: float = 0.3,
+    known: Known | None = None,
+    mass_floor: float = 0.9,
+) -> list[Identification | ValueError]:
+    """``kalman_filter_fit`` on many trials at once: ``logs[i]`` (one log per trial) from ``starts[i]``.
+
+    Returns, per trial, its ``Identification`` or, where its filter diverged, the ``ValueError`` that
+    ``kalman_filter_fit([logs[i]], ..., start=starts[i])`` raises (returned, not raised: a status).
+    Each trial's host-side set-up (noise level, RK4 substeps, prior, mass floor) is its own; the
+    trials that share a program (substeps and log shape) run as one ``vmap`` of the filter, padded to
+    a power of two with copies of their last trial (so few sizes compile), so a trial's result does
+    not depend on the others in the call beyond round-off (``tests/test_ekf.py``).
+    """
+    if len(logs) != len(starts):
+        raise ValueError(f"kalman_filter_batch: {len(logs)} logs but {len(starts)} starts; give one start per log.")
+    names = tuple(names)
+    preps = [
+        _prepare([d], st, kind, measurement_std, initial_relative_std, mass_floor, regressor, known)
+        for d, st in zip(logs, starts, strict=True)
+    ]
+    arrays = [_log_arrays(d) for d in logs]
+    groups: dict[tuple, list[int]] = {}
+    for i, prep in enumerate(preps):
+        key = (prep["substeps"], prep["sample_step"], arrays[i][0].shape, arrays[i][1].shape)
+        groups.setdefault(key, []).append(i)
+    out: list = [None] * len(logs)
+    m = 2 * logs[0].joints
+    for (substeps, h, _, _), members in groups.items():
+        width = 1 << (len(members) - 1).bit_length()
+        padded = members + [members[-1]] * (width - len(members))
+
+        def stack(get, padded=padded):
+            return jnp.asarray(np.stack([np.asarray(get(i)) for i in padded]))
+
+        mean, full_cov, filtered_q = _filter_logs(
+            stack(lambda i: preps[i]["theta"]),
+            stack(lambda i: preps[i]["cov"]),
+            stack(lambda i: arrays[i][0]),
+            stack(lambda i: arrays[i][1]),
+            stack(lambda i: logs[i].q[logs[i].usable.start]),
+            stack(lambda i: logs[i].qd[logs[i].usable.start]),
+            stack(lambda i: preps[i]["r_std"]),
+            jnp.full(width, float(velocity_process_std)),
+            stack(lambda i: preps[i]["mass_basis"]),
+            stack(lambda i: preps[i]["mass_constant"]),
+            stack(lambda i: preps[i]["floor"]),
+            regressor=regressor,
+            known=known,
+            kind=kind,
+            sample_step=h,
+            substeps=substeps,
+        )
+        mean, full_cov, filtered_q = np.asarray(mean), np.asarray(full_cov), np.asarray(filtered_q)
+        for k, i in enumerate(members):
+            error = _divergence(mean[k], full_cov[k], logs[i], kind, initial_relative_std, velocity_process_std)
+            if error is not None:
+                out[i] = error
+                continue
+            resid = filtered_q[k] - arrays[i][0]
+            theta, cov = mean[k, m:], full_cov[k, m:, m:]
+            out[i] = _identification(kind, names, theta, cov, resid, 1, preps[i], velocity_process_std)
+    return out
+
+
+def _prepare(logs, start, kind, measurement_std, initial_relative_std, mass_floor, regressor, known) -> dict:
+    """Host-side set-up of one run of the filter: checks, measurement std, prior, substeps, mass floor."""
+    if kind not in ("ekf", "ukf"):
+        raise ValueError(f"kind must be 'ekf' or 'ukf', got {kind!r}.")
+    n = logs[0].joints
+    h = logs[0].sample_step
+    if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
+        raise ValueError(f"{kind} needs logs on one time grid; load them with the same sample_step.")
+    if measurement_std is None:
+        r_std = np.maximum(angle_noise_std(logs), 1e-3)
+    else:
+        r_std = np.full(n, float(measurement_std))
+    theta = np.asarray(start.value)
+    # RK4 substeps per sample for a stiff model (data.stable_substeps on the start), fixed for every log.
+    substeps, _ = stable_substeps(regressor, theta, logs, known)
+    cov = np.diag(np.maximum(initial_relative_std * np.abs(theta), 10 * start.std) ** 2)
+    basis, constant, smallest = _mass_points(regressor, known, theta, logs, theta.shape[0])
+    floor = mass_floor * max(smallest, 0.0) if mass_floor > 0 else -np.inf
+    return dict(
+        theta=theta,
+        cov=cov,
+        r_std=r_std,
+        substeps=substeps,
+        sample_step=h,
+        mass_basis=basis,
+        mass_constant=constant,
+        floor=np.float64(floor),
+    )
+
+
+def _log_arrays(d: FilteredLog) -> tuple[np.ndarray, np.ndarray]:
+    """The filter's emissions (measured angles) and RK4 stage torques on the log's usable samples."""
+    sl = d.usable
+    y = np.asarray(d.q_raw)[sl]
+    stages = np.asarray(stage_torques(d.tau))[sl.start : sl.stop]
+    if stages.shape[0] < y.shape[0]:
+        stages = np.concatenate([stages, stages[-1:]], axis=0)
+    return y, stages
+
+
+def _divergence(mean, full_cov, d, kind, initial_relative_std, velocity_process_std) -> ValueError | None:
+    if np.all(np.isfinite(mean)) and np.all(np.isfinite(full_cov)):
+        return None
+    return ValueError(
+        f"{kind}: the filter diverged on {d.name} (its state or covariance left the finite range); start it "
+        f"closer (estimators.{kind}.initial_relative_std, now {initial_relative_std:g}, smaller), trust the "
+        f"model less (estimators.{kind}.velocity_process_std, now {velocity_process_std:g} rad/s, larger), or "
+        'start from a physically consistent estimate (estimators.use with "idim_ls_consistent").'
+    )
+
+
+def _identification(kind, names, theta, cov, resid, n_logs, prep, velocity_process_std) -> Identification:
+    d_ = np.sqrt(np.diag(cov))
+    ev = np.linalg.eigvalsh(cov / np.outer(d_, d_))
+    return Identification(
+        kind,
+        names,
+        theta,
+        cov,
+        len(names),
+        float(np.sqrt(ev.max() / max(ev.min(), 1e-300))),
+        np.sqrt(np.mean(resid**2, axis=0)),
+        int(resid.shape[0]),
+        n_logs,
+        f"measurement std {prep['r_std'].round(6).tolist()} rad, velocity process std {velocity_process_std} rad/s/step; "
+        "condition: of the posterior correlation of θ; residual: filtered − measured angle",
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step", "substeps"))
+def _filter_log(
+    theta,
+    cov,
+    emissions,
+    stages,
+    q0,
+    qd0,
+    r_std,
+    velocity_std,
+    mass_basis,
+    mass_constant,
+    mass_floor,
+    *,
+    regressor,
+    known,
+    kind,
+    sample_step,
+    substeps=1,
+):
+    """One log through the filter: the final mean and covariance of ``(q, q', θ)`` and the filtered
+    angles. Compiled once per model (``regressor``, ``known``: static, hashed by identity), filter,
+    step and log length; the data, the start and the noise levels are traced, so the logs of a
+    benchmark's trials share one program."""
+    n = q0.shape[0]
+    m = 2 * n
+    p = theta.shape[0]
+
+    def f(x, u):
+        th = x[m:]
+        y = model_step(regressor, th, x[:m], u, sample_step, known, substeps)
+        return jnp.concatenate([y, th])
+
+    def emit(x):
+        return x[:n]
+
+    run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
+    m0 = jnp.concatenate([q0, qd0, theta])
+    p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
+    p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
+    q = jnp.zeros((m + p, m + p)).at[jnp.arange(n, m), jnp.arange(n, m)].set(velocity_std**2)
+    limit = _mass_limit(mass_basis, mass_constant, mass_floor, n)
+    result = run(f, emit, q, jnp.diag(r_std**2), m0, p0, emissions, stages, update_limit=limit)
+    return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step", "substeps"))
+def _filter_logs(
+    theta,
+    cov,
+    emissions,
+    stages,
+    q0,
+    qd0,
+    r_std,
+    velocity_std,
+    mass_basis,
+    mass_constant,
+    mass_floor,
+    *,
+    regressor,
+    known,
+    kind,
+    sample_step,
+    substeps=1,
+):
+    """``_filter_log`` over a leading trial axis of every argument (one ``vmap``, one program)."""
+    one = functools.partial(
+        _filter_log, regressor=regressor, known=known, kind=kind, sample_step=sample_step, substeps=substeps
+    )
+    return jax.vmap(one)(
+        theta, cov, emissions, stages, q0, qd0, r_std, velocity_std, mass_basis, mass_constant, mass_floor
+    )
+
+
+#: Fractions of the θ update tried, largest first, by the mass-matrix limit (the last one, 0, is
+#: the update of (q, q') alone).
+_UPDATE_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0)
+#: Angles of the logs (evenly spaced usable samples) at which the limit keeps the mass matrix positive definite.
+MASS_POINTS = 32
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 3))
+def _mass_basis(regressor, known, qs, p):
+    """The model's mass matrix ``D(q, θ) = Σ_j θ_j basis[j] + constant`` at each of the angles ``qs``
+    (``(K, n)``): ``basis`` ``(K, p, n, n)``, ``constant`` ``(K, n, n)`` (the known torque's; the torque
+    is linear in θ and in q'', so this is exact)."""
+
+    def mass(theta, q):
+        zero = jnp.zeros_like(q)
+        return jax.jacfwd(lambda qdd: model_torque(regressor, theta, q, zero, qdd, known))(zero)
+
+    def at(q):
+        constant = mass(jnp.zeros(p, q.dtype), q)
+        basis = jax.vmap(lambda e: mass(e, q) - constant)(jnp.eye(p, dtype=q.dtype))
+        return basis, constant
+
+    return jax.vmap(at)(qs)
+
+
+def _mass_points(regressor, known, theta, logs, p) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(basis, constant, smallest eigenvalue at theta)`` of the mass matrix at ``MASS_POINTS`` evenly
+    spaced usable filtered angles of the logs (host-side; a non-finite eigenvalue counts as 0)."""
+    qs = np.concatenate([np.asarray(d.q)[d.usable] for d in logs])
+    pick = np.linspace(0, qs.shape[0] - 1, MASS_POINTS).round().astype(int)
+    basis, constant = (np.asarray(x) for x in _mass_basis(regressor, known, jnp.asarray(qs[pick]), p))
+    mats = np.einsum("kpij,p->kij", basis, np.asarray(theta)) + constant
+    eig = np.linalg.eigvalsh(0.5 * (mats + np.swapaxes(mats, 1, 2))).min()
+    return basis, constant, float(np.nan_to_num(eig, nan=0.0))
+
+
+def _mass_limit(basis, constant, floor, n):
+    """``update_limit`` of ``jaxid.estimate.kalman.filters``: the largest of ``_UPDATE_FRACTIONS`` of the θ update
+    whose mass matrix ``D − floor · I`` is positive definite (a Cholesky factor exists) at every angle
+    of ``basis``/``constant`` (``_mass_basis``); (q, q') updated in full. An update that is refused
+    leaves θ where it was, so a start that satisfies the floor keeps it for the whole run."""
+    fractions = jnp.asarray(_UPDATE_FRACTIONS)
+    eye = jnp.eye(n, dtype=basis.dtype)
+
+    def limit(mean, proposed):
+        before, step = mean[2 * n :], proposed[2 * n :] - mean[2 * n :]
+        d0 = jnp.einsum("kpij,p->kij", basis, before) + constant - jnp.where(jnp.isneginf(floor), 0.0, floor) * eye
+        dd = jnp.einsum("kpij,p->kij", basis, step)
+        mats = d0[None] + fractions[:, None, None, None] * dd[None]  # (fractions, K, n, n)
+        chol = jax.vmap(jax.vmap(linalg.cholesky))(0.5 * (mats + jnp.swapaxes(mats, -1, -2)))
+        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
+        ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=(1, 2)) | jnp.isneginf(floor)  # -inf: no limit
+        alpha = jnp.max(jnp.where(ok, fractions, 0.0))
+        return jnp.concatenate([jnp.ones(2 * n, mean.dtype), jnp.full(before.shape[0], alpha, mean.dtype)])
+
+    return limit

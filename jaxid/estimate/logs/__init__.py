@@ -1,0 +1,49 @@
+"""Identification from measured logs (real arms): filtering, IDIM-LS/IV, output error, EKF/UKF.
+
+- ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
+- ``model``: ``RegressionModel``, the arm as these estimators see it (regressor, names, known torque,
+  constraints);
+- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
+- ``reweighted``: ``idim_rls``, ``idim_ls_consistent`` on IDIM-LS's weighted rows;
+- ``output_error``: multiple-shooting output error;
+- ``kalman``: the EKF/UKF of ``jaxid.estimate.kalman.filters`` with the regressor model's transition;
+- ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
+- ``figures``: the figures of ``jaxid fit``.
+
+Every estimator takes filtered logs of ``n`` joints (``(N, n)`` columns), a regressor
+``Y(q, q', q'') -> (..., n, p)`` and the parameter names, so any linear-in-parameters model of any
+number of joints works (``jaxid.fit`` uses the base regressor of a ``TwoLinkArm`` or a ``SerialArm``).
+These are the kernels; the estimators are the classes of ``jaxid.estimate`` (one class per
+estimator, called on a simulated record or on logs: ``IdimLS()(logs, model)``).
+"""
+
+from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques
+from .idim import Identification, default_decimation, idim_iv, idim_ls
+from .model import ConsistentMap, RegressionModel
+from .output_error import angle_noise_std, output_error
+from .reweighted import consistent_estimate, idim_ls_consistent, idim_rls
+from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse
+
+__all__ = [
+    "FilteredLog",
+    "filter_log",
+    "stage_torques",
+    "accelerations",
+    "simulate_segments",
+    "Identification",
+    "idim_ls",
+    "idim_iv",
+    "idim_rls",
+    "idim_ls_consistent",
+    "consistent_estimate",
+    "RegressionModel",
+    "ConsistentMap",
+    "default_decimation",
+    "output_error",
+    "angle_noise_std",
+    "torque_rmse",
+    "free_simulation",
+    "free_simulation_rmse",
+    "frequency_lines",
+    "residual_spectrum",
+]

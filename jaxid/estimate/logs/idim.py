@@ -1,0 +1,557 @@
+"""Inverse-dynamics identification on filtered logs: IDIM-LS (weighted, optionally bounded) and IDIM-IV.
+
+The model is linear in its (base) parameters, ``τ = Y(q, q', q'') θ``, with ``q, q', q''`` from the
+zero-phase filter (``filter_log``) and ``τ`` the same-band low-passed torque. Both sides
+then go through the low-pass once more (parallel filtering, ``FilteredLog.band``): the regressor
+is built from angles filtered once, so the torque, filtered once by ``filter_log``, is filtered a
+second time to sit in the same band.
+Rows are taken every ``decimate`` samples of the usable part of each log (default ``⌊f_s / (4 f_c)⌋``: the filtered
+signals carry no information above the cut-off, so closer rows only correlate the residuals).
+
+- **IDIM-LS**: ordinary least squares, then each joint's rows are divided by that joint's residual
+  standard deviation and the problem solved again (weighted LS, Gautier's rule).
+  ``bounds`` switches to a bounded least squares (``scipy.optimize.lsq_linear``) for the
+  physically sign-constrained parameters.
+- **IDIM-IV**: instruments ``Z = Y(q_s, q_s', q_s'')`` from a simulation of the current estimate
+  under the measured (low-passed) torque. The arm is lightly damped and chaotic, so one 10-s
+  simulation would leave the measured trajectory; the simulation restarts every ``segment_s``
+  seconds from the filtered measured state (the instruments then stay correlated with the
+  regressor, and their noise is that of the simulation, not of the measurement).
+  ``θ = (Zᵀ W)⁻¹ Zᵀ τ``, iterated ``iterations`` times from the IDIM-LS estimate.
+
+**Standard deviations** are the usual ``σ̂² (WᵀW)⁻¹`` (IV: ``σ̂² (ZᵀW)⁻¹ ZᵀZ (WᵀZ)⁻¹``) with the
+weighted residual variance ``σ̂²``. They treat the residuals as white and the regressor as exact:
+they ignore the noise and filter bias in ``Y`` (errors in variables), the residuals' correlation
+and the model error, so they are lower bounds on the real uncertainty. Rank and condition number
+are those of the weighted regressor with unit-norm columns (the scale-free condition number).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stable_substeps, stage_torques
+
+__all__ = [
+    "Identification",
+    "idim_ls",
+    "idim_iv",
+    "default_decimation",
+    "segment_starts",
+    "regression_rows",
+    "ls_kernel",
+    "LSFit",
+]
+
+
+class Identification(eqx.Module):
+    """An estimate of the (base) parameters from logs, with what is needed to judge it.
+
+    Attributes:
+        method: estimator name (``idim_ls``, ``idim_iv``, ``output_error``, ``ekf``, ``ukf``, ``reference``).
+        names: parameter names, the order of ``value``.
+        value: ``(p,)`` estimate. covariance: ``(p, p)`` (see the module docstring for what it ignores).
+        rank, condition: numerical rank and scale-free condition number of the problem's Jacobian
+            (regressor for IDIM, the output-error Jacobian for OE).
+        residual_std: ``(n,)`` per-joint residual standard deviation (torque [N m] for IDIM,
+            angle [rad] for output error and the filters).
+        samples: number of rows (per joint) used. iterations: solver iterations (0 if direct).
+        notes: free text (e.g. the largest continuity gap of multiple shooting).
+        status: ``"ok"``, or why the estimate is not to be trusted (``"max_iterations"``: an
+            iterative fit stopped at its limit; ``"failed"``).
+        standard: ``(14 n,)`` the physically consistent standard parameters behind ``value`` when the
+            estimator fitted them (``idim_ls_consistent``), else ``None``.
+    """
+
+    method: str = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    value: np.ndarray
+    covariance: np.ndarray
+    rank: int = eqx.field(static=True)
+    condition: float = eqx.field(static=True)
+    residual_std: np.ndarray
+    samples: int = eqx.field(static=True)
+    iterations: int = eqx.field(static=True, default=0)
+    notes: str = eqx.field(static=True, default="")
+    status: str = eqx.field(static=True, default="ok")
+    standard: np.ndarray | None = None
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    @property
+    def label(self) -> str:
+        """The status as result tables write it (``jaxid.types.ParameterEstimate``)."""
+        return self.status
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.names, np.asarray(self.value).tolist(), strict=True))
+
+
+def default_decimation(sample_step: float, cutoff_hz: float) -> int:
+    """``max(1, ⌊f_s / (4 f_c)⌋)``: rows about twice the Nyquist rate of the filtered band."""
+    return max(1, int(np.floor(1.0 / (sample_step * 4 * cutoff_hz))))
+
+
+def segment_starts(log: FilteredLog, length: int) -> np.ndarray:
+    """Start indices of consecutive segments of ``length`` steps covering the usable part."""
+    sl = log.usable
+    count = (sl.stop - 1 - sl.start) // length
+    if count < 1:
+        raise ValueError(f"{log.name}: usable part shorter than one segment of {length} steps; shorten segment_s.")
+    return sl.start + length * np.arange(count)
+
+
+def regression_rows(logs: Sequence[FilteredLog], decimate: int) -> list[np.ndarray]:
+    """The row indices used per log (usable part, every ``decimate`` samples)."""
+    return [np.arange(d.usable.start, d.usable.stop, decimate) for d in logs]
+
+
+def _known_torque(log, known):
+    if known is None:
+        return 0.0
+    return np.asarray(jax.jit(known)(log.q, log.qd, log.qdd))
+
+
+def _stack(logs, regressor, rows, parallel=True, known=None):
+    ws, ys = [], []
+    reg = jax.jit(regressor)
+    for d, idx in zip(logs, rows, strict=True):
+        tau = np.asarray(d.tau) - _known_torque(d, known)
+        if parallel:
+            w = np.asarray(reg(d.q, d.qd, d.qdd))
+            ws.append(d.band(w)[idx])
+            ys.append(d.band(tau)[idx])
+        else:
+            ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
+            ys.append(tau[idx])
+    return np.concatenate(ws), np.concatenate(ys)  # (rows, n, p), (rows, n)
+
+
+def _scaled(w):
+    a = w.reshape(-1, w.shape[-1])
+    scale = np.linalg.norm(a, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    return scale
+
+
+def _rank_tolerance(a_scaled: np.ndarray, s: np.ndarray) -> float:
+    """Singular values at or below this count as zero (NumPy's ``matrix_rank`` default)."""
+    return max(a_scaled.shape) * np.finfo(float).eps * s[0]
+
+
+def _rank_condition(a_scaled: np.ndarray) -> tuple[int, float]:
+    s = np.linalg.svd(a_scaled, compute_uv=False)
+    rank = int(np.sum(s > _rank_tolerance(a_scaled, s)))
+    return rank, float(s[0] / s[-1]) if s[-1] > 0 else float("inf")
+
+
+def _null_directions(a_scaled: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """A readable basis ``(k, p)`` of the parameter directions ``d`` with ``W d = 0``, ``W = a_scaled · diag(scale)``.
+
+    The right singular vectors of ``a_scaled`` whose singular values are at or below the rank
+    tolerance (the one ``_rank_condition`` uses) span the null space in scaled coordinates; ``d = v /
+    scale`` maps them to the parameters. The basis is then put in reduced row echelon form over
+    ``k`` pivot parameters chosen of maximal volume: each direction has coefficient 1 at its own
+    pivot, 0 at the others' pivots and ``|c| <= 1`` elsewhere (so its largest coefficient is 1).
+    Coefficients below ``1e-6`` are set to zero. Returns the basis, rows ordered by pivot, and the pivots.
+    """
+    p = a_scaled.shape[1]
+    padded = np.vstack([a_scaled, np.zeros((max(p - a_scaled.shape[0], 0), p))])  # vt is (p, p)
+    _, s, vt = np.linalg.svd(padded, full_matrices=False)
+    null = vt[s <= _rank_tolerance(a_scaled, s)] / scale  # (k, p)
+    k = null.shape[0]
+    if k == 0:
+        return null, []
+    # Greedy pivots (Gauss–Jordan, complete pivoting), then swaps that each raise |det| (maxvol).
+    work, pivots = null.copy(), []
+    for row in range(k):
+        mags = np.abs(work[row:])
+        mags[:, pivots] = 0.0
+        i, j = np.unravel_index(np.argmax(mags), mags.shape)
+        work[[row, row + i]] = work[[row + i, row]]
+        work -= np.outer(work[:, j] / work[row, j], work[row]) * (np.arange(k) != row)[:, None]
+        pivots.append(int(j))
+    for _ in range(10 * p):
+        basis = np.linalg.solve(null[:, pivots], null)
+        i, j = np.unravel_index(np.argmax(np.abs(basis)), basis.shape)
+        if abs(basis[i, j]) <= 1.0 + 1e-9:
+            break
+        pivots[i] = int(j)
+    basis[np.abs(basis) < 1e-6] = 0.0
+    basis[np.arange(k), pivots] = 1.0
+    order = np.argsort(pivots)
+    return basis[order], [pivots[i] for i in order]
+
+
+def _combination(direction: np.ndarray, lead: int, names: Sequence[str]) -> str:
+    """``[I2 - 0.3 m2r2]``: the pivot parameter (coefficient 1) first, then the others in order."""
+    terms = []
+    for j in [lead, *(int(j) for j in np.flatnonzero(direction) if j != lead)]:
+        c = float(direction[j])
+        size = "" if f"{abs(c):.3g}" == "1" else f"{abs(c):.3g} "
+        sign = ("- " if c < 0 else "+ ") if terms else ("-" if c < 0 else "")
+        terms.append(f"{sign}{size}{names[j]}")
+    return "[" + " ".join(terms) + "]"
+
+
+def _check_rank(rank, names, a_scaled, scale):
+    """Raise if the regressor ``a_scaled · diag(scale)`` is rank deficient, naming every unidentifiable direction."""
+    if rank >= len(names):
+        return
+    basis, pivots = _null_directions(a_scaled, scale)
+    directions = ", ".join(_combination(d, j, names) for d, j in zip(basis, pivots, strict=True))
+    k = basis.shape[0]
+    note = (
+        "; the basis is not unique: any combination of these is unidentifiable too, and each leads with a "
+        "parameter of its own"
+        if k > 1
+        else ""
+    )
+    involved = sorted({names[j] for j in np.flatnonzero(np.any(basis != 0, axis=0))}, key=list(names).index)
+    raise ValueError(
+        f"the regressor has rank {rank} < {len(names)} parameters; unidentifiable directions ({k}): {directions} "
+        f"(moving the parameters along them leaves the torque unchanged, so these logs cannot tell them apart"
+        f"{note}); excite {involved} with richer motion, or fix some of them (fit.fixed) or leave them out of "
+        "fit.unknowns, e.g. use the base parameters."
+    )
+
+
+def _solve(a, b, bounds, scale):
+    if bounds is None:
+        x, *_ = np.linalg.lstsq(a, b, rcond=None)
+        return x
+    lo, hi = bounds
+    from scipy.optimize import lsq_linear  # imported when first needed: scipy takes ~0.9 s to import
+
+    res = lsq_linear(a, b, bounds=(np.asarray(lo) * scale, np.asarray(hi) * scale), method="bvls", lsmr_tol="auto")
+    return res.x
+
+
+def idim_ls(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    decimate: int | None = None,
+    weighted: bool = True,
+    bounds: tuple[Sequence[float], Sequence[float]] | None = None,
+    parallel: bool = True,
+    known: Known | None = None,
+) -> Identification:
+    """IDIM-LS on one or more filtered logs (see the module docstring).
+
+    Args:
+        logs: filtered logs (same model; any lengths). regressor: ``Y(q, q', q'') -> (..., n, p)``.
+        names: the ``p`` parameter names. decimate: row stride (default ``default_decimation``).
+        weighted: per-joint weighting by the OLS residual std (default ``True``).
+        bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
+        parallel: low-pass the regressor columns like the torque (default ``True``; module docstring).
+        known: torque of fixed parameters, subtracted from the measured torque (default none).
+
+    Raises ``ValueError`` (one line) if the regressor is rank-deficient: it names every unidentifiable
+    direction as a combination of the parameters (``[I2 - 0.3 m2r2], [fc1]``; see ``_null_directions``).
+    """
+    names = tuple(names)
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    rows = regression_rows(logs, decimate)
+    w, y = _stack(logs, regressor, rows, parallel, known)
+    if bounds is None:
+        fit = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), weighted)
+        if int(fit.first_rank) < len(names):
+            a, scale = np.asarray(fit.first_scaled), np.asarray(fit.first_scale)
+            _check_rank(int(fit.first_rank), names, a, scale)
+        return Identification(
+            "idim_ls",
+            names,
+            np.asarray(fit.theta),
+            np.asarray(fit.covariance),
+            int(fit.rank),
+            float(fit.condition),
+            np.asarray(fit.residual_std),
+            int(y.shape[0]),
+        )
+    scale = _scaled(w)
+    joints = w.shape[1]
+    sigma = np.ones(joints)
+    a = (w / scale).reshape(-1, len(names))
+    rank, _ = _rank_condition(a)
+    _check_rank(rank, names, a, scale)
+    x = _solve(a, y.reshape(-1), None, scale)
+    if weighted:
+        resid = y - np.einsum("njp,p->nj", w / scale, x)
+        sigma = np.sqrt(np.sum(resid**2, axis=0) / (resid.shape[0] - len(names) / joints))
+    ws = (w / sigma[None, :, None]).reshape(-1, len(names))
+    scale = np.linalg.norm(ws, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    a = ws / scale
+    b = (y / sigma).reshape(-1)
+    x = _solve(a, b, bounds, scale)
+    theta = x / scale
+    return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale)
+
+
+class LSFit(eqx.Module):
+    """What ``ls_kernel`` returns (arrays; a leading trial axis under ``vmap``).
+
+    theta, covariance: the estimate and ``σ̂² (AᵀA)⁻¹`` mapped back from unit-norm columns.
+    rank, condition: of the final (weighted, unit-norm) regressor ``A``. residual_std: ``(n,)`` per
+    joint, unweighted. sigma: the weights' ``σ_j``. first_rank: rank of the first (unweighted) problem,
+    the one a rank-deficient regressor is refused on; first_scaled, first_scale: that problem's
+    unit-norm matrix and column norms (to name its null directions, ``_check_rank``).
+    """
+
+    theta: jax.Array
+    covariance: jax.Array
+    rank: jax.Array
+    condition: jax.Array
+    residual_std: jax.Array
+    sigma: jax.Array
+    first_rank: jax.Array
+    first_scaled: jax.Array | None = None
+    first_scale: jax.Array | None = None
+
+
+def _jnp_unit_columns(a):
+    scale = jnp.linalg.norm(a, axis=0)
+    return jnp.where(scale > 0, scale, 1.0)
+
+
+def _jnp_rank_condition(a):
+    """``_rank_condition`` in JAX: NumPy's ``matrix_rank`` tolerance, scale-free condition number."""
+    s = jnp.linalg.svd(a, compute_uv=False)
+    tol = max(a.shape) * jnp.finfo(a.dtype).eps * s[0]
+    cond = jnp.where(s[-1] > 0, s[0] / s[-1], jnp.inf)
+    return jnp.sum(s > tol), cond
+
+
+def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True) -> LSFit:
+    """IDIM-LS on stacked rows, pure JAX (``jit``/``vmap``-able): the one least-squares kernel of
+    ``idim_ls`` (on logs) and the benchmark's batched trials (``jaxid.benchmark.batched``).
+
+    ``w`` ``(rows, n, p)``, ``y`` ``(rows, n)``. Ordinary LS on unit-norm columns; with ``weighted``
+    each joint's rows divided by its residual std ``σ_j = √(Σ r² / (rows − p/n))`` and solved again
+    (Gautier's rule); covariance ``σ̂² (AᵀA)⁻¹`` with the weighted residual variance
+    ``σ̂² = Σ (r/σ)² / max(rows·n − p, 1)``; ranks with NumPy's ``matrix_rank`` tolerance. A
+    rank-deficient problem is not refused here (``first_rank < p``: the caller's status or error).
+    ``keep_first``: also return the first problem's matrix (for ``_check_rank``'s message).
+    """
+    rows, joints, p = w.shape
+    scale0 = _jnp_unit_columns(w.reshape(-1, p))
+    a0 = (w / scale0).reshape(-1, p)
+    first_rank, _ = _jnp_rank_condition(a0)
+    if weighted:
+        x0 = jnp.linalg.lstsq(a0, y.reshape(-1))[0]
+        resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
+        sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
+    else:
+        sigma = jnp.ones(joints, w.dtype)
+    ws = (w / sigma[None, :, None]).reshape(-1, p)
+    scale = _jnp_unit_columns(ws)
+    a = ws / scale
+    theta = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))[0] / scale
+    resid = y - jnp.einsum("njp,p->nj", w, theta)
+    variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
+    covariance = variance * jnp.linalg.inv(a.T @ a) / jnp.outer(scale, scale)
+    rank, condition = _jnp_rank_condition(a)
+    return LSFit(
+        theta,
+        covariance,
+        rank,
+        condition,
+        jnp.sqrt(jnp.mean(resid**2, axis=0)),
+        sigma,
+        first_rank,
+        a0 if keep_first else None,
+        scale0 if keep_first else None,
+    )
+
+
+_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3))
+
+
+def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok"):
+    resid = y - np.einsum("njp,p->nj", w, theta)
+    n, p = a.shape
+    weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
+    if cov_scaled is None:
+        cov_scaled = np.linalg.inv(a.T @ a)
+    cov = weighted_var * cov_scaled / np.outer(scale, scale)
+    rank, cond = _rank_condition(a)
+    return Identification(
+        method,
+        tuple(names),
+        np.asarray(theta),
+        cov,
+        rank,
+        cond,
+        np.sqrt(np.mean(resid**2, axis=0)),
+        int(resid.shape[0]),
+        iterations,
+        notes,
+        status,
+    )
+
+
+def _segment_inputs(log: FilteredLog, length: int):
+    starts = segment_starts(log, length)
+    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
+    stages = np.asarray(stage_torques(log.tau))
+    torques = stages[starts[:, None] + np.arange(length)]
+    return starts, x0, torques
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _accelerations(regressor, theta, q, qd, tau, known):
+    """``accelerations`` at a batch of states ``(K, n)`` (compiled once per model and shape)."""
+    return jax.vmap(lambda q_, qd_, tau_: accelerations(regressor, theta, q_, qd_, tau_, known))(q, qd, tau)
+
+
+#: A simulated segment is *near* the measured trajectory while every angle stays within this much [rad]
+#: (or [m]) of the filtered measured one; rows of segments that leave it (or are not finite) are not
+#: instruments (``simulated_signals``).
+NEAR_RAD = 0.1
+#: IDIM-IV restarts its simulations more often (halving ``segment_s``, down to ``MIN_SEGMENT_STEPS``
+#: samples) until at least ``MIN_NEAR`` of the segments stay near the measured trajectory.
+MIN_NEAR = 0.5
+MIN_SEGMENT_STEPS = 2
+
+
+def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1):
+    """Per log: ``(indices, q, qd, qdd, near)`` of segment-wise simulations restarted from the filtered
+    measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
+    samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
+    RK4 steps per sample (``jaxid.estimate.logs.data.model_step``)."""
+    out = []
+    sim = simulate_segments_jit
+
+    def acc(th, q, qd, tau):
+        return _accelerations(regressor, th, q, qd, tau, known)
+
+    for d in logs:
+        length = max(1, int(round(segment_s / d.sample_step)))
+        starts, x0, torques = _segment_inputs(d, length)
+        states = np.asarray(
+            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known, substeps)
+        )
+        idx = (starts[:, None] + np.arange(length)).reshape(-1)
+        n = d.joints
+        states = states[:, :length]
+        deviation = np.abs(states[..., :n] - np.asarray(d.q)[starts[:, None] + np.arange(length)])
+        near_segment = np.all(np.isfinite(states), axis=(1, 2)) & (
+            np.nan_to_num(deviation, nan=np.inf).max(axis=(1, 2)) <= NEAR_RAD
+        )
+        near = np.repeat(near_segment, length)
+        states = np.where(near_segment[:, None, None], states, np.asarray(x0)[:, None, :]).reshape(-1, 2 * n)
+        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :n], states[:, n:], np.asarray(d.tau)[idx]))
+        out.append((idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)))
+    return out
+
+
+def _near_signals(logs, regressor, theta, segment_s, known):
+    """``simulated_signals`` restarted more often until ``MIN_NEAR`` of the rows stay near the measured
+    trajectory (module constants); returns ``(signals, segment_s used)`` or raises a ``ValueError`` that
+    says what failed."""
+    shortest = MIN_SEGMENT_STEPS * min(d.sample_step for d in logs)
+    substeps, _ = stable_substeps(regressor, theta, logs, known)  # RK4 substeps for a stiff model
+    while True:
+        sims = simulated_signals(logs, regressor, theta, segment_s, known, substeps)
+        share = sum(int(s[4].sum()) for s in sims) / max(sum(s[4].size for s in sims), 1)
+        if share >= MIN_NEAR:
+            return sims, segment_s
+        if segment_s / 2 < shortest:
+            raise ValueError(
+                f"IDIM-IV: the simulations of the estimate leave the measured trajectory (by more than {NEAR_RAD} rad, "
+                f"or diverge) in {100 * (1 - share):.0f} % of the segments even restarted every {segment_s:.3g} s: "
+                "the estimate's model cannot be simulated (e.g. its mass matrix is not positive definite); start "
+                'IDIM-IV from a physically consistent estimate (estimators.use = ["idim_ls_consistent", …]) or drop it.'
+            )
+        segment_s = segment_s / 2
+
+
+def idim_iv(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    start: Identification,
+    iterations: int = 3,
+    segment_s: float = 0.5,
+    decimate: int | None = None,
+    known: Known | None = None,
+) -> Identification:
+    """IDIM-IV: instrumental variables from segment-wise simulations of the current estimate.
+
+    Args:
+        start: the IDIM-LS estimate (its weights ``1/σ_j`` are kept). iterations: IV passes.
+        segment_s: [s] the simulation restarts from the filtered measured state this often.
+        decimate: row stride (default as IDIM-LS). known: torque of fixed parameters (as IDIM-LS).
+
+    Raises ``ValueError`` if the instrument matrix is singular.
+    """
+    names = tuple(names)
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    theta = np.asarray(start.value)
+    reg = jax.jit(regressor)
+    # The measured side does not change between passes: its regressor and torque, parallel-filtered.
+    bands = [
+        (d.band(np.asarray(reg(d.q, d.qd, d.qdd))), d.band(np.asarray(d.tau) - _known_torque(d, known))) for d in logs
+    ]
+    sigma = None
+    notes = ""
+    for _ in range(iterations):
+        sims, used = _near_signals(logs, regressor, theta, segment_s, known)
+        if used != segment_s:
+            notes = (
+                f"simulations restarted every {used:.3g} s (not {segment_s:g} s) to stay near the measured trajectory"
+            )
+        ws, zs, ys = [], [], []
+        for (w_band, y_band), (idx, qs, qds, qdds, near) in zip(bands, sims, strict=True):
+            keep = np.arange(0, idx.size, decimate)
+            keep = keep[near[keep]]
+            rows = idx[keep]
+            ws.append(w_band[rows])
+            zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
+            ys.append(y_band[rows])
+        w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
+        if sigma is None:
+            resid = y - np.einsum("njp,p->nj", w, theta)
+            sigma = np.sqrt(np.mean(resid**2, axis=0))
+        a_w = (w / sigma[None, :, None]).reshape(-1, len(names))
+        a_z = (z / sigma[None, :, None]).reshape(-1, len(names))
+        scale = np.linalg.norm(a_w, axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+        zw = (a_z / scale).T @ (a_w / scale)
+        condition = np.linalg.cond(zw) if np.all(np.isfinite(zw)) else np.inf
+        if condition > 1e12:
+            raise ValueError(
+                f"IDIM-IV: the instrument matrix is singular (condition {condition:.3g}) although the simulations stay "
+                "near the measured trajectory: some parameters move no simulated torque; fix them (fit.fixed) or use "
+                "IDIM-LS."
+            )
+        x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
+        theta = x / scale
+    zw_inv = np.linalg.inv(zw)
+    cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
+    return _ls_result(
+        "idim_iv",
+        names,
+        theta,
+        w,
+        y,
+        sigma,
+        a_w / scale,
+        scale,
+        cov_scaled=cov_scaled,
+        iterations=iterations,
+        notes=notes,
+    )

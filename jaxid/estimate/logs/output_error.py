@@ -1,0 +1,364 @@
+"""Time-domain output error with multiple shooting on measured logs.
+
+Simulate the model ``Y(q, q', q'') θ = τ`` under the measured (low-passed) torque and fit the
+measured angles. One simulation over a whole 10-s record of a lightly damped, chaotic double
+pendulum is not a well-posed fit (the sensitivity to ``θ`` grows exponentially), so the usable
+part of each log is cut into segments of ``segment_s`` seconds, each with its **own initial state**
+``x_s = (q, q')`` (unknowns, started at the filtered measured state). The residual vector holds
+
+- the angle errors ``(q_sim − q_meas) / σ_j`` every ``stride`` samples of every segment (the
+  segment's first sample included, its end excluded: that is the next segment's start), with
+  ``σ_j`` the per-joint standard deviation of the measured angle about its filtered value;
+- the continuity gaps between consecutive segments of the same log,
+  ``w · ((q_end − q_next)/σ, (q'_end − q'_next) · T_seg/σ)`` (a velocity gap times the segment
+  length is the angle error it would cause), with ``w = continuity_weight``.
+
+**Streamed normal equations.** The Jacobian in ``(θ, x_1 … x_S)`` is never formed: for ten 50-s runs
+of a six-joint arm at 100 Hz it would be 72 000 × 12 000 (7 GB). Each segment's angle block depends
+only on ``θ`` and its own ``x_s``, so one compiled program (``_shooting_blocks``) takes a *chunk* of
+``chunk_segments`` segments, computes their blocks with ``2 n + p`` forward-mode tangents under
+``vmap`` (``n`` joints: ``x_s`` has ``2 n`` entries; the residuals are the same pass's primal) and
+returns them already reduced: ``Σ R_θᵀR_θ``, ``Σ R_θᵀr`` and per segment ``R_θᵀR_x``, ``R_xᵀR_x``,
+``R_xᵀr``, the end state and its Jacobian. The continuity rows couple consecutive segments, so the
+normal matrix ``JᵀJ`` is *bordered block-tridiagonal*: a dense ``θ`` block, a ``θ``–state border, and
+a state block that is banded (half-bandwidth ``4 n − 1``). ``jaxid.estimate.logs.shooting`` eliminates
+the states by a banded Cholesky factorisation and solves the ``θ`` Schur complement
+``A − B C⁻¹ Bᵀ``: memory O(chunk + S (p + 2 n) 2 n), not O(rows × columns). The last chunk is padded
+by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
+of two: one compiled program per model and chunk shape, whatever the logs' lengths.
+
+**Solver.** ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method,
+step for step (``jaxid.estimate.logs.shooting.trust_region``), its subproblem solved on those
+normal equations instead of an SVD of the Jacobian: the same iterates as the dense route to
+round-off (``tests/test_output_error_streaming.py``). A trial point is first simulated without the
+Jacobian (``_shooting_residuals``: no tangents) and linearised only once accepted, so a rejected step
+(11 of 30 trial points on the UR5 campaign of ``scripts/bench_fit_cost.py``) costs a residual pass. It
+stops at ``ftol = 1e-8``, ``xtol = 1e-10``, ``gtol = 1e-8`` or after ``max_iterations`` trial points
+(status ``"max_iterations"``). The tangents go through the accelerations' custom JVP
+(``jaxid.estimate.logs.data.accelerations``) and through one copy of the model per step
+(``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
+hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
+the same segment length, reuses it.
+Started from IDIM-LS. The covariance ``σ̂² (JᵀJ)⁻¹`` (``θ`` block: the inverse of the Schur
+complement) treats the residuals as white, i.e. it ignores the model error that colours them: a
+lower bound. Formed from the normal equations it carries their squared condition number: on a
+2-s UR5 log (58 base parameters) its standard deviations agree with the dense route's SVD to 0.2 %.
+
+**Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
+10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
+simulation of every sample (one RK4 step per sample, or ``substeps`` of them for a stiff model:
+``jaxid.estimate.logs.data.stable_substeps``), not the residual count.
+
+**Another parametrisation** (``parametrisation = g``, ``start_z``): the solver moves ``z`` and the
+initial states, with ``θ = g(z)`` and the ``θ`` columns of the Jacobian times ``∂g/∂z``; the
+result is ``g(ẑ)``, its covariance, rank and condition those of the ``θ`` problem at ``g(ẑ)``. With
+``g`` the base values of ``jaxid.estimate.consistency.standard_from_unconstrained(z)`` (``z`` the ``14 n``
+log-Cholesky / log coordinates of a ``SerialArm``'s standard parameters) every iterate is the model
+of a physically consistent arm: physically consistent output error. ``z`` may hold directions ``θ``
+does not see (``14 n`` against ``p`` base parameters); the damping keeps their steps small.
+Started on the consistent set's boundary (some coordinates near ``−∞``, as a consistent
+least-squares fit often ends), those coordinates have vanishing gradients: start from a point
+projected inside (``jaxid.estimate.consistency.project_to_consistent`` with a ``floor``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from .data import FilteredLog, Known, Regressor, simulate_segments, stable_substeps, stage_torques
+from .idim import Identification, segment_starts
+from .shooting import Blocks, normal_equations, schur_complement, shooting_cost, trust_region
+
+__all__ = ["output_error", "angle_noise_std"]
+
+#: Segments per compiled call (the chunk): the memory of a pass grows with it, not with the logs.
+CHUNK_SEGMENTS = 64
+
+
+def angle_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-5) -> np.ndarray:
+    """Per-joint std [rad] of the measured angle about its filtered value (usable samples)."""
+    diffs = [np.asarray(d.q_raw - d.q)[d.usable] for d in logs]
+    return np.maximum(np.std(np.concatenate(diffs), axis=0), floor)
+
+
+def output_error(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    start: Identification | None = None,
+    segment_s: float = 0.5,
+    stride: int = 5,
+    continuity_weight: float = 100.0,
+    max_iterations: int = 50,
+    known: Known | None = None,
+    parametrisation: Callable[[Array], Array] | None = None,
+    start_z: ArrayLike | None = None,
+    return_z: bool = False,
+    chunk_segments: int = CHUNK_SEGMENTS,
+    substeps: int | None = None,
+) -> Identification | tuple[Identification, np.ndarray]:
+    """Multiple-shooting output error (see the module docstring).
+
+    Args:
+        logs: filtered logs sharing one ``sample_step``. regressor, names: the model.
+        start: the starting estimate (IDIM-LS); required unless a ``parametrisation`` is given.
+        segment_s: segment length [s].
+        stride: angle residuals every ``stride`` samples. continuity_weight: ``w``.
+        max_iterations: passes over the segments allowed to the solver (each gives the residuals and
+            the Jacobian's blocks at one trial point).
+        known: torque of fixed parameters (default none).
+        parametrisation: ``z -> θ`` (pure JAX, ``(k,) -> (p,)``): fit ``z`` instead of ``θ`` (module
+            docstring), e.g. ``θ`` = the base values of ``standard_from_unconstrained(z)`` for
+            physically consistent output error. Hashed by identity: pass the same function to reuse
+            its compiled Jacobian. start_z: the start of ``z``, ``(k,)``; required with a
+            ``parametrisation`` (then ``start`` is not used).
+        return_z: also return the fitted ``z`` (``θ`` without a parametrisation), e.g. to check or
+            report the standard parameters of a consistent fit.
+        chunk_segments: segments per compiled call (memory ∝ it; the result does not depend on it
+            beyond round-off).
+        substeps: RK4 steps per log sample (``jaxid.estimate.logs.data.model_step``); default: the
+            stiffness rule ``stable_substeps`` on the start model (``θ`` of the start) and the logs,
+            fixed for the whole fit (one compiled program). Stated in the notes when above 1.
+
+    Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
+    parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
+    are the passes made and whose ``notes`` state the largest continuity gap; its covariance, rank and
+    condition are those of the ``θ`` problem at the solution. Raises ``ValueError`` for logs with
+    different steps, a missing start, a parametrisation whose output does not have ``len(names)``
+    entries, a ``chunk_segments`` below 1, or residuals that are not finite at the start.
+    """
+    names = tuple(names)
+    p = len(names)
+    h = logs[0].sample_step
+    if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
+        raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
+    if int(chunk_segments) < 1:
+        raise ValueError(f"output_error: chunk_segments must be a positive integer, got {chunk_segments}.")
+    if parametrisation is None:
+        if start is None:
+            raise ValueError("output_error needs start= (e.g. the IDIM-LS estimate).")
+        if start_z is not None:
+            raise ValueError(
+                "output_error: start_z goes with a parametrisation; pass parametrisation= or drop start_z."
+            )
+        z_start = np.asarray(start.value, dtype=float)
+    else:
+        if start_z is None:
+            raise ValueError("output_error: a parametrisation needs start_z= (the start of its argument z).")
+        z_start = np.asarray(start_z, dtype=float).reshape(-1)
+        shape = jax.eval_shape(parametrisation, jax.ShapeDtypeStruct(z_start.shape, z_start.dtype)).shape
+        if shape != (p,):
+            raise ValueError(
+                f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
+            )
+    length = max(stride, int(round(segment_s / h)))
+    n = logs[0].joints
+    m = 2 * n  # state entries per segment
+    sigma = angle_noise_std(logs)
+    x0s, torques, meas, linked = [], [], [], []
+    for d in logs:
+        starts = segment_starts(d, length)
+        q, qd = np.asarray(d.q), np.asarray(d.qd)
+        x0s.append(np.concatenate([q[starts], qd[starts]], axis=1))
+        stages = np.asarray(stage_torques(d.tau))
+        torques.append(stages[starts[:, None] + np.arange(length)])
+        meas.append(np.asarray(d.q_raw)[starts[:, None] + np.arange(0, length, stride)])
+        linked.append(np.arange(len(starts)) < len(starts) - 1)  # the log's last segment links on to none
+    x0 = np.concatenate(x0s)
+    segments = x0.shape[0]
+    linked = np.concatenate(linked)
+    scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
+    chunks = _Chunks(np.concatenate(torques), np.concatenate(meas), int(chunk_segments))
+    if substeps is None:
+        theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
+        substeps, stiffness = stable_substeps(regressor, theta0, logs, known)
+    elif int(substeps) < 1:
+        raise ValueError(f"output_error: substeps must be a positive integer, got {substeps}.")
+    else:
+        stiffness = None
+    substeps = int(substeps)
+    static = dict(regressor=regressor, known=known, sample_step=h, stride=stride, substeps=substeps)
+    sigma_j = jnp.asarray(sigma)
+
+    def parameters(par):
+        if parametrisation is None:
+            return par, None
+        return tuple(map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation)))
+
+    def evaluate(par, states):
+        """The cost ``½ |r|²`` at ``(φ, x)`` by a pass without the Jacobian; ``None`` if not finite."""
+        res, ends = chunks.residuals(parameters(par)[0], states, sigma_j, static)
+        if not (np.isfinite(res).all() and np.isfinite(ends).all()):
+            return None
+        return shooting_cost(res, ends, states, linked, scale_c)[0]
+
+    def linearise(par, states):
+        """The normal equations (in ``φ``) at ``(φ, x)`` and the pass's blocks and ``θ``; ``None`` if not finite."""
+        theta, dtheta = parameters(par)
+        blocks = chunks.pass_(theta, states, sigma_j, static)
+        if not all(np.isfinite(b).all() for b in blocks):
+            return None
+        return normal_equations(blocks, states, linked, scale_c, dtheta), (blocks, theta)
+
+    sol = trust_region(linearise, z_start, x0, max_evaluations=max_iterations, evaluate=evaluate)
+    blocks, theta_hat = sol.extra
+    z = sol.par
+    # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
+    theta_normal = sol.normal if parametrisation is None else normal_equations(blocks, sol.states, linked, scale_c)
+    reduced = schur_complement(theta_normal)
+    rows = blocks.res.size + m * int(linked.sum())
+    dof = max(rows - (p + m * segments), 1)
+    s2 = 2 * sol.normal.cost / dof
+    d = np.sqrt(np.abs(np.diag(reduced)))
+    d = np.where(d > 0, d, 1.0)
+    ev, vec = np.linalg.eigh(reduced / np.outer(d, d))
+    rank = int(np.sum(ev > ev.max() * 1e-14))
+    cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
+    cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)
+    res_blocks = blocks.res.reshape(segments, -1, n) * sigma
+    gaps = sol.normal.gaps[linked] / scale_c
+    gap_q = float(np.abs(gaps[:, :n]).max()) if gaps.size else 0.0
+    gap_v = float(np.abs(gaps[:, n:]).max()) if gaps.size else 0.0
+    notes = (
+        f"{segments} segments of {length * h:.3g} s; largest continuity gap {gap_q:.2e} rad, {gap_v:.2e} rad/s; "
+        f"solver: {sol.message}"
+    )
+    if substeps > 1:
+        why = "" if stiffness is None else f" (h λ_max = {stiffness:.3g} at the start)"
+        notes += f"; {substeps} RK4 substeps per sample{why}"
+    est = Identification(
+        "output_error",
+        names,
+        np.asarray(theta_hat, dtype=float),
+        cov,
+        rank,
+        cond,
+        np.sqrt(np.mean(res_blocks.reshape(-1, n) ** 2, axis=0)),
+        int(res_blocks.shape[0] * res_blocks.shape[1]),
+        sol.jacobians,
+        notes,
+        sol.status,
+    )
+    return (est, z.copy()) if return_z else est
+
+
+class _Chunks:
+    """The segments' torques and measured angles, padded to whole chunks, and one pass over them.
+
+    A fit of ``S`` segments runs in chunks of ``min(chunk_segments, 2^⌈log₂ S⌉)`` segments; the last
+    chunk is filled by repeating the last segment (its blocks are computed and dropped), so a log's
+    length never sets a compiled shape."""
+
+    def __init__(self, torques: np.ndarray, measured: np.ndarray, chunk_segments: int):
+        self.segments = torques.shape[0]
+        self.size = min(chunk_segments, 1 << (self.segments - 1).bit_length())
+        padded = -(-self.segments // self.size) * self.size
+        self.fill = np.minimum(np.arange(padded), self.segments - 1)  # padded → real segment
+        self.torques = torques[self.fill]
+        self.measured = measured[self.fill]
+
+    def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
+        """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
+        theta = jnp.asarray(theta)
+        states = states[self.fill]
+        pending = [
+            _shooting_residuals(
+                theta,
+                jnp.asarray(states[lo : lo + self.size]),
+                jnp.asarray(self.torques[lo : lo + self.size]),
+                jnp.asarray(self.measured[lo : lo + self.size]),
+                sigma,
+                **static,
+            )
+            for lo in range(0, self.fill.size, self.size)
+        ]
+        res, ends = (np.concatenate([np.asarray(r[i]) for r in pending])[: self.segments] for i in range(2))
+        return res, ends
+
+    def pass_(self, theta, states, sigma, static) -> Blocks:
+        """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
+        theta = jnp.asarray(theta)
+        states = states[self.fill]
+        # Every chunk dispatched before any is read back: JAX runs them asynchronously, so on a CPU with
+        # several cores the chunks (independent programs) overlap; the results are the same either way.
+        pending = [
+            _shooting_blocks(
+                theta,
+                jnp.asarray(states[lo : lo + self.size]),
+                jnp.asarray(self.torques[lo : lo + self.size]),
+                jnp.asarray(self.measured[lo : lo + self.size]),
+                sigma,
+                **static,
+            )
+            for lo in range(0, self.fill.size, self.size)
+        ]
+        out = [jax.tree.map(np.asarray, blocks) for blocks in pending]
+        blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*out, strict=True)))
+        # Summed here, over the real segments in one order: the chunk size does not change the sums.
+        return blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0))
+
+
+@functools.partial(jax.jit, static_argnames=("parametrisation",))
+def _parametrise(z, *, parametrisation):
+    """``(θ(z), ∂θ/∂z)``; compiled once per parametrisation (static, hashed by identity)."""
+
+    def twice(x):
+        theta = parametrisation(x)
+        return theta, theta
+
+    jac, theta = jax.jacfwd(twice, has_aux=True)(z)
+    return theta, jac
+
+
+def _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma):
+    """One segment's scaled angle residuals ``(k,)`` and end state ``(m,)`` (``_shooting_blocks``' primal)."""
+    n = y0.shape[-1] // 2
+    states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
+    res = (states[:-1:stride, :n] - q_s) / sigma
+    return res.reshape(-1), states[-1]
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
+def _shooting_residuals(
+    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
+):
+    """One chunk's residuals and end states without the Jacobian (``_shooting_blocks``' primal, ``vmap``)."""
+    one = functools.partial(_segment_residuals, regressor, known, sample_step, stride, substeps)
+    return jax.vmap(one, (None, 0, 0, 0, None))(theta, initial_states, torques, measured, sigma)
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
+def _shooting_blocks(
+    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
+) -> Blocks:
+    """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over the chunk) gives
+    the residuals as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by
+    identity), step, stride and chunk shape: every pass, chunk and log of the same segment length
+    shares one program."""
+
+    def segment(theta, y0, tau_s, q_s):
+        out = _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma)
+        return out, out
+
+    jac, (res, ends) = jax.vmap(jax.jacfwd(segment, argnums=(0, 1), has_aux=True), (None, 0, 0, 0))(
+        theta, initial_states, torques, measured
+    )
+    (r_theta, r_x), (e_theta, e_x) = jac
+    return Blocks(
+        res=res,
+        ends=ends,
+        e_theta=e_theta,
+        e_x=e_x,
+        rtr=jnp.einsum("ckp,ckq->cpq", r_theta, r_theta),
+        rtg=jnp.einsum("ckp,ck->cp", r_theta, res),
+        rtx=jnp.einsum("ckp,ckm->cpm", r_theta, r_x),
+        rxx=jnp.einsum("ckm,ckl->cml", r_x, r_x),
+        rxg=jnp.einsum("ckm,ck->cm", r_x, res),
+    )
