@@ -27,6 +27,10 @@ _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_DEFAULT_CACHE))
 # Cache every compile that takes noticeable time (the default, 1 s, misses most of ours; the
 # many small kernels of eager calls take 0.05-0.2 s each to compile).
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.05")
+# A size limit makes JAX lock the cache (``filelock``) around every read and write. Without one it
+# writes entries unlocked, and a worker (or a test's subprocess, which inherits these variables)
+# that reads an entry another process is still writing crashes in deserialisation.
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 
 
 def _prune(path: Path, max_bytes: int) -> None:
@@ -49,7 +53,7 @@ def _prune(path: Path, max_bytes: int) -> None:
 
 
 if "PYTEST_XDIST_WORKER" not in os.environ:  # once per run, not in each worker
-    _prune(Path(_CACHE), int(os.environ.get("JAXID_TEST_CACHE_MAX_BYTES", 2 << 30)))
+    _prune(Path(_CACHE), int(os.environ.get("JAXID_TEST_CACHE_MAX_BYTES", 2 << 30)))  # JAX's own limit: see above
 
 import jax  # noqa: E402
 
@@ -58,6 +62,7 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update(
     "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
 )
+jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 import pytest  # noqa: E402
 
