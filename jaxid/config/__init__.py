@@ -1,4 +1,5 @@
-"""Configuration files, read in one place: a study's TOML (``study``, re-exported here), a fit's
+"""Configuration files, read in one place: what every file shares (``common``: TOML reading,
+``ConfigError``, the ``[experiment]`` table), a study's TOML (``study``, re-exported here), a fit's
 (``fit``) and a benchmark's (``benchmark``).
 """
 
