@@ -18,7 +18,8 @@ estimator, called on a simulated record or on logs: ``IdimLS()(logs, model)``).
 """
 
 from .data import FilteredLog, accelerations, filter_log, simulate_segments, stage_torques
-from .idim import Identification, default_decimation, idim_iv, idim_ls
+from .idim import Identification, default_decimation, idim_ls
+from .iv import idim_iv
 from .model import ConsistentMap, RegressionModel
 from .output_error import angle_noise_std, output_error
 from .reweighted import consistent_estimate, idim_ls_consistent, idim_rls

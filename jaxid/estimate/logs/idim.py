@@ -1,4 +1,5 @@
-"""Inverse-dynamics identification on filtered logs: IDIM-LS (weighted, optionally bounded) and IDIM-IV.
+"""Inverse-dynamics identification on filtered logs: IDIM-LS (weighted, optionally bounded); IDIM-IV (below)
+is in ``jaxid.estimate.logs.iv``, which shares these rows, weights and the result type.
 
 The model is linear in its (base) parameters, ``τ = Y(q, q', q'') θ``, with ``q, q', q''`` from the
 zero-phase filter (``filter_log``) and ``τ`` the same-band low-passed torque. Both sides
@@ -28,7 +29,6 @@ are those of the weighted regressor with unit-norm columns (the scale-free condi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -36,12 +36,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stable_substeps, stage_torques
+from .data import FilteredLog, Known, Regressor
 
 __all__ = [
     "Identification",
     "idim_ls",
-    "idim_iv",
     "default_decimation",
     "segment_starts",
     "regression_rows",
@@ -398,160 +397,4 @@ def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, ite
         iterations,
         notes,
         status,
-    )
-
-
-def _segment_inputs(log: FilteredLog, length: int):
-    starts = segment_starts(log, length)
-    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
-    stages = np.asarray(stage_torques(log.tau))
-    torques = stages[starts[:, None] + np.arange(length)]
-    return starts, x0, torques
-
-
-@functools.partial(jax.jit, static_argnums=(0, 5))
-def _accelerations(regressor, theta, q, qd, tau, known):
-    """``accelerations`` at a batch of states ``(K, n)`` (compiled once per model and shape)."""
-    return jax.vmap(lambda q_, qd_, tau_: accelerations(regressor, theta, q_, qd_, tau_, known))(q, qd, tau)
-
-
-#: A simulated segment is *near* the measured trajectory while every angle stays within this much [rad]
-#: (or [m]) of the filtered measured one; rows of segments that leave it (or are not finite) are not
-#: instruments (``simulated_signals``).
-NEAR_RAD = 0.1
-#: IDIM-IV restarts its simulations more often (halving ``segment_s``, down to ``MIN_SEGMENT_STEPS``
-#: samples) until at least ``MIN_NEAR`` of the segments stay near the measured trajectory.
-MIN_NEAR = 0.5
-MIN_SEGMENT_STEPS = 2
-
-
-def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1):
-    """Per log: ``(indices, q, qd, qdd, near)`` of segment-wise simulations restarted from the filtered
-    measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
-    samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
-    RK4 steps per sample (``jaxid.estimate.logs.data.model_step``)."""
-    out = []
-    sim = simulate_segments_jit
-
-    def acc(th, q, qd, tau):
-        return _accelerations(regressor, th, q, qd, tau, known)
-
-    for d in logs:
-        length = max(1, int(round(segment_s / d.sample_step)))
-        starts, x0, torques = _segment_inputs(d, length)
-        states = np.asarray(
-            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known, substeps)
-        )
-        idx = (starts[:, None] + np.arange(length)).reshape(-1)
-        n = d.joints
-        states = states[:, :length]
-        deviation = np.abs(states[..., :n] - np.asarray(d.q)[starts[:, None] + np.arange(length)])
-        near_segment = np.all(np.isfinite(states), axis=(1, 2)) & (
-            np.nan_to_num(deviation, nan=np.inf).max(axis=(1, 2)) <= NEAR_RAD
-        )
-        near = np.repeat(near_segment, length)
-        states = np.where(near_segment[:, None, None], states, np.asarray(x0)[:, None, :]).reshape(-1, 2 * n)
-        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :n], states[:, n:], np.asarray(d.tau)[idx]))
-        out.append((idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)))
-    return out
-
-
-def _near_signals(logs, regressor, theta, segment_s, known):
-    """``simulated_signals`` restarted more often until ``MIN_NEAR`` of the rows stay near the measured
-    trajectory (module constants); returns ``(signals, segment_s used)`` or raises a ``ValueError`` that
-    says what failed."""
-    shortest = MIN_SEGMENT_STEPS * min(d.sample_step for d in logs)
-    substeps, _ = stable_substeps(regressor, theta, logs, known)  # RK4 substeps for a stiff model
-    while True:
-        sims = simulated_signals(logs, regressor, theta, segment_s, known, substeps)
-        share = sum(int(s[4].sum()) for s in sims) / max(sum(s[4].size for s in sims), 1)
-        if share >= MIN_NEAR:
-            return sims, segment_s
-        if segment_s / 2 < shortest:
-            raise ValueError(
-                f"IDIM-IV: the simulations of the estimate leave the measured trajectory (by more than {NEAR_RAD} rad, "
-                f"or diverge) in {100 * (1 - share):.0f} % of the segments even restarted every {segment_s:.3g} s: "
-                "the estimate's model cannot be simulated (e.g. its mass matrix is not positive definite); start "
-                'IDIM-IV from a physically consistent estimate (estimators.use = ["idim_ls_consistent", …]) or drop it.'
-            )
-        segment_s = segment_s / 2
-
-
-def idim_iv(
-    logs: Sequence[FilteredLog],
-    regressor: Regressor,
-    names: Sequence[str],
-    *,
-    start: Identification,
-    iterations: int = 3,
-    segment_s: float = 0.5,
-    decimate: int | None = None,
-    known: Known | None = None,
-) -> Identification:
-    """IDIM-IV: instrumental variables from segment-wise simulations of the current estimate.
-
-    Args:
-        start: the IDIM-LS estimate (its weights ``1/σ_j`` are kept). iterations: IV passes.
-        segment_s: [s] the simulation restarts from the filtered measured state this often.
-        decimate: row stride (default as IDIM-LS). known: torque of fixed parameters (as IDIM-LS).
-
-    Raises ``ValueError`` if the instrument matrix is singular.
-    """
-    names = tuple(names)
-    if decimate is None:
-        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
-    theta = np.asarray(start.value)
-    reg = jax.jit(regressor)
-    # The measured side does not change between passes: its regressor and torque, parallel-filtered.
-    bands = [
-        (d.band(np.asarray(reg(d.q, d.qd, d.qdd))), d.band(np.asarray(d.tau) - _known_torque(d, known))) for d in logs
-    ]
-    sigma = None
-    notes = ""
-    for _ in range(iterations):
-        sims, used = _near_signals(logs, regressor, theta, segment_s, known)
-        if used != segment_s:
-            notes = (
-                f"simulations restarted every {used:.3g} s (not {segment_s:g} s) to stay near the measured trajectory"
-            )
-        ws, zs, ys = [], [], []
-        for (w_band, y_band), (idx, qs, qds, qdds, near) in zip(bands, sims, strict=True):
-            keep = np.arange(0, idx.size, decimate)
-            keep = keep[near[keep]]
-            rows = idx[keep]
-            ws.append(w_band[rows])
-            zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
-            ys.append(y_band[rows])
-        w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
-        if sigma is None:
-            resid = y - np.einsum("njp,p->nj", w, theta)
-            sigma = np.sqrt(np.mean(resid**2, axis=0))
-        a_w = (w / sigma[None, :, None]).reshape(-1, len(names))
-        a_z = (z / sigma[None, :, None]).reshape(-1, len(names))
-        scale = np.linalg.norm(a_w, axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
-        zw = (a_z / scale).T @ (a_w / scale)
-        condition = np.linalg.cond(zw) if np.all(np.isfinite(zw)) else np.inf
-        if condition > 1e12:
-            raise ValueError(
-                f"IDIM-IV: the instrument matrix is singular (condition {condition:.3g}) although the simulations stay "
-                "near the measured trajectory: some parameters move no simulated torque; fix them (fit.fixed) or use "
-                "IDIM-LS."
-            )
-        x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
-        theta = x / scale
-    zw_inv = np.linalg.inv(zw)
-    cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
-    return _ls_result(
-        "idim_iv",
-        names,
-        theta,
-        w,
-        y,
-        sigma,
-        a_w / scale,
-        scale,
-        cov_scaled=cov_scaled,
-        iterations=iterations,
-        notes=notes,
     )
