@@ -20,7 +20,9 @@ from _mujoco_api import mujoco
 
 import jaxid
 from jaxid.estimate.consistency import is_physically_consistent
-from jaxid.fit.writeback import choose_standard_parameters, export_arm_files, urdf_text, written_options
+from jaxid.fit.writeback import export_arm_files, written_options
+from jaxid.fit.writeback_choice import choose_standard_parameters
+from jaxid.fit.writeback_xml import urdf_text
 from jaxid.model.chain import UrdfWarning
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"

@@ -138,7 +138,7 @@ class Benchmark(Experiment):
 
     def load_arm(self):
         """The nominal ``SerialArm`` of the ``[arm]`` table (host-side; float64)."""
-        from .fit import _load_urdf
+        from .fit_arm import _load_urdf
 
         return _load_urdf(Path(self.urdf_path), self.arm["options"], "arm.urdf")
 
@@ -216,7 +216,7 @@ def parse_benchmark(
 def _arm_table(table: Any, source: str | None, base_dir, where: str) -> tuple[dict, str]:
     """``({"urdf": the robot file as written, "options": load_arm's keywords, "dof": n}, absolute path)``;
     the robot file (``urdf`` or ``mjcf``) is read here."""
-    from .fit import ROBOT_FILES, URDF_KEYS, _load_urdf, _robot_file, _urdf_options
+    from .fit_arm import ROBOT_FILES, URDF_KEYS, _load_urdf, _robot_file, _urdf_options
 
     if not isinstance(table, dict) or not any(k in table for k in ROBOT_FILES):
         raise ConfigError(

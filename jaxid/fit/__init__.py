@@ -29,7 +29,8 @@ fixed ones, consistency checks), ``cutoff`` (the logs and the automatic filter c
 jackknife, figures, manifest).
 """
 
-from ..config.fit import ESTIMATOR_NAMES, FitConfig, load_fit_config, parse_fit_config
+from ..config.fit import FitConfig, load_fit_config, parse_fit_config
+from ..config.fit_checks import ESTIMATOR_NAMES
 from .cutoff import choose_cutoff
 from .model import consistency_checks
 from .runner import FitExists, run_fit

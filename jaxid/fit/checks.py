@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from ..config.fit import config_error
+from ..config.fit_checks import config_error
 from .cutoff import MOVES_RAD
 
 __all__ = [

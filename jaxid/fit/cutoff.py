@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config.fit import FitConfig, config_error
+from ..config.fit import FitConfig
+from ..config.fit_checks import config_error
 from .model import FitModel
 
 __all__ = ["load_logs", "filter_all", "choose_cutoff", "drive_table", "excitation_frequency", "MOVES_RAD", "COHERENCE"]

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config.fit import FitConfig, config_error
+from ..config.fit import FitConfig
+from ..config.fit_checks import config_error
 from ..estimate.logs.model import ConsistentMap, RegressionModel
 from ..types import did_you_mean
 
