@@ -109,28 +109,11 @@ from .estimate.crlb import (
     linear_response,
     spectral_fisher_information,
 )
-from .estimate.interface import (
-    EKF,
-    ML,
-    RLS,
-    UKF,
-    AbstractEstimator,
-    EquationError,
-    IdimIV,
-    IdimLS,
-    IdimLSBounded,
-    IdimLSConsistent,
-    NonlinearOutputError,
-    OutputError,
-    OutputErrorConsistent,
-    Paper,
-    estimator_class,
-    make_estimator,
-    names_for,
-)
+from .estimate.interface import AbstractEstimator, estimator_class, make_estimator, names_for
 from .estimate.kalman.filters import extended_kalman_filter, recursive_least_squares, unscented_kalman_filter
 from .estimate.kalman.logs import kalman_filter_fit
 from .estimate.kalman.records import ekf, ukf
+from .estimate.linearised_estimators import ML, EquationError, Paper
 from .estimate.logs import (
     ConsistentMap,
     FilteredLog,
@@ -148,6 +131,8 @@ from .estimate.logs import (
     idim_ls as log_idim_ls,
 )
 from .estimate.nonlinear import nonlinear_crlb, nonlinear_fisher, nonlinear_output_error
+from .estimate.nonlinear_estimators import EKF, UKF, NonlinearOutputError, OutputError, OutputErrorConsistent
+from .estimate.regressor_estimators import RLS, IdimIV, IdimLS, IdimLSBounded, IdimLSConsistent
 from .estimate.rls import idim_iv, idim_ls, rls
 from .excitation.fourier import FourierTrajectory, JointLimits, check_limits, joint_limits, random_fourier_trajectory
 from .excitation.fourier_design import TrajectoryDesign, design_trajectory

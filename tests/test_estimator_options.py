@@ -14,12 +14,11 @@ import jaxid
 from jaxid.estimate import base
 from jaxid.estimate.interface import (
     ESTIMATORS,
-    RLS,
     AbstractEstimator,
-    IdimLS,
     estimator_class,
     make_estimator,
 )
+from jaxid.estimate.regressor_estimators import RLS, IdimLS
 
 POINT = ("m1", "m2", "fv1", "fv2")
 DT = 0.02

@@ -34,8 +34,9 @@ from jaxid.estimate.consistency import (
 )
 from jaxid.estimate.kalman.logs import kalman_filter_fit
 from jaxid.estimate.logs import ConsistentMap, RegressionModel, filter_log, idim_ls, output_error
-from jaxid.estimate.logs.data import _mass_and_accelerations, _rates, accelerations, model_step
+from jaxid.estimate.logs.data import _mass_and_accelerations, accelerations
 from jaxid.estimate.logs.idim import _stack, default_decimation, regression_rows
+from jaxid.estimate.logs.stepping import _rates, model_step
 from jaxid.excitation.fourier import random_fourier_trajectory
 from jaxid.measure.logs import MeasuredLog
 from jaxid.simulation.integrate import rk4_step

@@ -26,7 +26,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model", "model.urdf", "model.serial", "model.unrolled", "excitation", "excitation.multisine"),
     ("simulation.linearisation",),
     ("simulation", "measure", "estimate.kalman.filters", "excitation.fourier"),
-    ("estimate",),
+    (
+        "estimate",
+        "estimate.linearised_estimators",
+        "estimate.regressor_estimators",
+        "estimate.nonlinear_estimators",
+        "estimate.logs.stepping",
+    ),
     (
         "config",
         "config.fit_arm",

@@ -32,9 +32,9 @@ from scipy.optimize import least_squares
 
 import jaxid
 from jaxid.estimate.logs import filter_log, idim_ls, output_error
-from jaxid.estimate.logs.data import simulate_segments, stage_torques
 from jaxid.estimate.logs.idim import segment_starts
 from jaxid.estimate.logs.output_error import angle_noise_std
+from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
 from jaxid.excitation.fourier import random_fourier_trajectory
 from jaxid.measure.logs import MeasuredLog
 

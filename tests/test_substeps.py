@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxid.estimate.logs.data import FilteredLog, model_step, simulate_segments, stable_substeps, stage_torques
+from jaxid.estimate.logs.data import FilteredLog
+from jaxid.estimate.logs.stepping import model_step, simulate_segments, stable_substeps, stage_torques
 
 M, C, K = 1.0, 600.0, 1000.0
 H = 0.01  # h |s₂| ≈ 6.0: beyond RK4's stability limit (≈ 2.8) with one step per sample

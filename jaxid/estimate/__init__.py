@@ -71,27 +71,17 @@ from . import (
 # The estimators as equinox modules (options as fields, facts as class variables) and the
 # name -> class table ``ESTIMATORS``; the functions above stay the documented API.
 from .interface import (  # noqa: E402
-    EKF,
     ESTIMATORS,
-    ML,
-    RLS,
-    UKF,
     AbstractEstimator,
-    EquationError,
-    IdimIV,
-    IdimLS,
-    IdimLSBounded,
-    IdimLSConsistent,
-    NonlinearOutputError,
-    OutputError,
-    OutputErrorConsistent,
-    Paper,
     check_options,
     estimator_class,
     make_estimator,
     names_for,
 )
 from .kalman import records as ekf
+from .linearised_estimators import ML, EquationError, Paper
+from .nonlinear_estimators import EKF, UKF, NonlinearOutputError, OutputError, OutputErrorConsistent
+from .regressor_estimators import RLS, IdimIV, IdimLS, IdimLSBounded, IdimLSConsistent
 
 __all__ += [
     "AbstractEstimator",

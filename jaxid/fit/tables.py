@@ -46,7 +46,7 @@ def simulation_substeps(model, thetas, logs) -> int:
     ``jaxid.estimate.logs.data.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
     on ``logs`` (``{run: FilteredLog}``). One integrator for every model compared, and one compiled
     program; a model whose state Jacobian is not finite there is left out of the maximum."""
-    from ..estimate.logs.data import stable_substeps
+    from ..estimate.logs.stepping import stable_substeps
 
     runs = list(logs.values())
     return max([1] + [stable_substeps(model.regressor, theta, runs)[0] for theta in thetas.values()])

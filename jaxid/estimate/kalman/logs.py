@@ -43,9 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import linalg
-from ..logs.data import FilteredLog, Known, Regressor, model_step, model_torque, stable_substeps, stage_torques
+from ..logs.data import FilteredLog, Known, Regressor, model_torque
 from ..logs.idim import Identification
 from ..logs.output_error import angle_noise_std
+from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import extended_kalman_filter, unscented_kalman_filter
 
 __all__ = ["kalman_filter_batch", "kalman_filter_fit"]

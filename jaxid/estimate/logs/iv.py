@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor, accelerations, simulate_segments_jit, stable_substeps, stage_torques
+from .data import FilteredLog, Known, Regressor, accelerations
 from .idim import Identification, _known_torque, _ls_result, default_decimation, segment_starts
+from .stepping import simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = ["idim_iv", "simulated_signals"]
 

@@ -71,9 +71,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .data import FilteredLog, Known, Regressor, simulate_segments, stable_substeps, stage_torques
+from .data import FilteredLog, Known, Regressor
 from .idim import Identification, segment_starts
 from .shooting import Blocks, normal_equations, schur_complement, shooting_cost, trust_region
+from .stepping import simulate_segments, stable_substeps, stage_torques
 
 __all__ = ["output_error", "angle_noise_std"]
 

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Regressor, model_torque, simulate_segments_jit, stable_substeps, stage_torques
+from .data import FilteredLog, Regressor, model_torque
+from .stepping import simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = [
     "torque_prediction",

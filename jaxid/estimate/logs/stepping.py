@@ -1,0 +1,183 @@
+"""The regressor model integrated over logs: RK4 steps per log sample, the substep rule, segment simulations.
+
+One RK4 step (``model_step``: ``jaxid.simulation.integrate.rk4_step``'s, its stages in a scan) per log
+sample, with the torque at the stages ``t, t + Δ/2, t + Δ`` interpolated linearly between samples
+(``stage_torques``). The state is ``y = (q, q')``, shape ``(2 n,)``; its rates are ``(q', q'')`` with
+``q''`` by ``jaxid.estimate.logs.data.accelerations`` (the model's exact solve). A stiff model (a light
+joint with viscous and smoothed-Coulomb friction: ``h λ_max`` beyond RK4's stability limit of about 2.8
+at the log's step ``h``) takes several RK4 substeps per sample (``substeps``, static), chosen by
+``stable_substeps`` from the model's state Jacobian on the logs. ``simulate_segments`` runs segments of
+a log from their own initial states (``lax.scan`` over steps, ``vmap`` over segments).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from .data import FilteredLog, Known, Regressor, accelerations
+
+__all__ = [
+    "stage_torques",
+    "simulate_segments",
+    "simulate_segments_jit",
+    "model_step",
+    "stable_substeps",
+]
+
+
+def stage_torques(tau: Float[Array, "N n"]) -> Float[Array, "N-1 3 n"]:
+    """The torques at the RK4 stages ``t_k, t_k + Δ/2, t_k + Δ`` (linear interpolation)."""
+    tau = jnp.asarray(tau)
+    return jnp.stack([tau[:-1], 0.5 * (tau[:-1] + tau[1:]), tau[1:]], axis=1)
+
+
+def _rates(regressor: Regressor, theta: Array, known: Known | None = None):
+    def rates(y, tau):
+        n = y.shape[0] // 2
+        return jnp.concatenate([y[n:], accelerations(regressor, theta, y[:n], y[n:], tau, known)])
+
+    return rates
+
+
+def model_step(
+    regressor: Regressor,
+    theta: Float[Array, " p"],
+    y: Float[Array, " state"],
+    stage_torques: Float[Array, "3 n"],
+    sample_step: float,
+    known: Known | None = None,
+    substeps: int = 1,
+) -> Float[Array, " state"]:
+    """One log sample of the model from the state ``y = (q, q')``: ``substeps`` RK4 steps of
+    ``sample_step / substeps`` (``substeps`` static; ``stable_substeps`` chooses it), the torque
+    interpolated linearly through the stage torques ``t, t + Δ/2, t + Δ`` within the sample.
+
+    With ``substeps = 1`` (the default) it is ``jaxid.simulation.integrate.rk4_step``'s step, bit for bit
+    (``tests/test_identification_speed.py``), with its four stages in a ``lax.scan``. The stages
+    are sequential, so ``rk4_step`` writes the model out four times, and XLA compiles each copy (with
+    its derivatives, under ``jacfwd``): for a six-joint ``SerialArm`` that was most of output error's
+    and the EKF's compile time. In a scan the model is compiled once; the stage ``i`` evaluates the
+    rates at ``y + c_i k_{i−1}`` (``c = 0, Δ/2, Δ/2, Δ``; ``k_0 = 0``, so the first stage sees ``y``
+    exactly) and the step combines ``y + Δ/6 (k1 + 2 (k2 + k3) + k4)`` as ``rk4_step`` does. More
+    substeps are a ``lax.scan`` over that same step (one more copy of the model, not ``substeps``)."""
+    rates = _rates(regressor, theta, known)
+    if substeps == 1:
+        return _rk4(rates, y, stage_torques, sample_step)
+    k = int(substeps)
+    if k < 1:
+        raise ValueError(f"model_step: substeps must be a positive integer, got {substeps}.")
+    fractions = (np.arange(k)[:, None] + np.array([0.0, 0.5, 1.0])) / k  # (k, 3) of the sample
+    tau0, tau_mid, tau1 = stage_torques[0], stage_torques[1], stage_torques[2]
+    s = jnp.asarray(fractions, dtype=y.dtype)[..., None]
+    torques = jnp.where(s <= 0.5, tau0 + 2 * s * (tau_mid - tau0), tau_mid + (2 * s - 1) * (tau1 - tau_mid))
+
+    def sub(y, tau3):
+        return _rk4(rates, y, tau3, sample_step / k), None
+
+    return jax.lax.scan(sub, y, torques)[0]
+
+
+def _rk4(rates, y, stage_torques, h):
+    """One RK4 step of ``h`` (``model_step``'s docstring), its four stages in a ``lax.scan``."""
+    shifts = jnp.asarray([0.0, 0.5 * h, 0.5 * h, h], dtype=y.dtype)
+    torques = stage_torques[jnp.asarray([0, 1, 1, 2])]
+
+    def stage(k, data):
+        c, tau = data
+        k = rates(y + c * k, tau)
+        return k, k
+
+    _, k = jax.lax.scan(stage, jnp.zeros_like(y), (shifts, torques))
+    return y + (h / 6) * (k[0] + 2 * (k[1] + k[2]) + k[3])
+
+
+#: ``stable_substeps`` keeps ``|h λ|`` of every RK4 substep at most this: RK4 is stable up to about 2.8
+#: along the negative real axis and 2.8 along the imaginary one, and well within between them at 2.5.
+STABLE_STEP = 2.5
+#: The most substeps ``stable_substeps`` gives (a model that needs more is not simulated faithfully).
+MAX_SUBSTEPS = 16
+#: How many log states ``stable_substeps`` looks at (one compiled shape for every log).
+STIFFNESS_POINTS = 64
+
+
+def stable_substeps(
+    regressor: Regressor,
+    theta: Float[ArrayLike, " p"],
+    logs: Sequence[FilteredLog],
+    known: Known | None = None,
+    *,
+    safe: float = STABLE_STEP,
+    cap: int = MAX_SUBSTEPS,
+) -> tuple[int, float]:
+    """``(substeps, h λ_max)``: RK4 steps per log sample (``model_step``) that keep the model stable.
+
+    ``λ_max`` is the largest eigenvalue modulus of the model's state Jacobian
+    ``∂(q', q'')/∂(q, q')`` (``q''`` by ``accelerations``) at ``STIFFNESS_POINTS`` states of the logs
+    (filtered angles, velocities and torque at evenly spaced usable samples): light joints with
+    viscous and smoothed-Coulomb friction make it ``M⁻¹ ∂τ_friction/∂q'``, large. The rule:
+    ``substeps = ⌈h λ_max / safe⌉``, at least 1 and at most ``cap``, ``h`` the logs' sample step.
+    A Jacobian that is not finite there gives 1 (the simulation then reports what fails).
+    Host-side; the Jacobians in one program compiled per model (``regressor``, ``known``: static).
+    """
+    h = logs[0].sample_step
+    ys, taus = [], []
+    for d in logs:
+        u = d.usable
+        ys.append(np.concatenate([np.asarray(d.q)[u], np.asarray(d.qd)[u]], axis=1))
+        taus.append(np.asarray(d.tau)[u])
+    y, tau = np.concatenate(ys), np.concatenate(taus)
+    pick = np.linspace(0, y.shape[0] - 1, STIFFNESS_POINTS).round().astype(int)
+    jac = np.asarray(
+        _state_jacobians(regressor, known, jnp.asarray(theta), jnp.asarray(y[pick]), jnp.asarray(tau[pick]))
+    )
+    if not np.all(np.isfinite(jac)):
+        return 1, float("nan")
+    stiffness = float(h * np.abs(np.linalg.eigvals(jac)).max())
+    return int(min(max(1, math.ceil(stiffness / safe)), cap)), stiffness
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _state_jacobians(regressor, known, theta, y, tau):
+    """``∂(q', q'')/∂(q, q')`` at each state ``y`` (``(K, 2 n)``) under torque ``tau`` (``(K, n)``)."""
+    rates = _rates(regressor, theta, known)
+    return jax.vmap(jax.jacfwd(rates))(y, tau)
+
+
+def simulate_segments(
+    regressor: Regressor,
+    theta: Float[Array, " p"],
+    initial_states: Float[Array, "S state"],
+    torques: Float[Array, "S L 3 n"],
+    sample_step: float,
+    known: Known | None = None,
+    substeps: int = 1,
+) -> Float[Array, "S L+1 state"]:
+    """Simulate ``S`` segments of ``L`` steps each from their own initial states ``(q, q')`` (``2 n``).
+
+    ``torques[s, k]`` are the stage torques of step ``k`` of segment ``s`` (``stage_torques``).
+    Returns the states at the ``L + 1`` grid points of each segment (the initial state first).
+    ``substeps``: RK4 steps per sample (``model_step``; static). Pure JAX (``lax.scan`` over steps, ``vmap``
+    over segments); ``jit``/``jacfwd``-compatible.
+    """
+
+    def one(y0, stages):
+        def step(y, u):
+            y_next = model_step(regressor, theta, y, u, sample_step, known, substeps)
+            return y_next, y_next
+
+        _, ys = jax.lax.scan(step, y0, stages)
+        return jnp.concatenate([y0[None], ys], axis=0)
+
+    return jax.vmap(one)(initial_states, torques)
+
+
+#: ``simulate_segments`` compiled (``regressor``, ``sample_step``, ``known`` and ``substeps`` static): one program per
+#: model and shapes, shared by every caller (IDIM-IV's instruments, the validation's free simulations).
+simulate_segments_jit = jax.jit(simulate_segments, static_argnums=(0, 4, 5, 6))

@@ -1,0 +1,185 @@
+"""The estimator classes of the nonlinear model (``model = "nonlinear"``): ``NonlinearOutputError`` on
+the periodic steady state of a simulated record, the Kalman filters ``EKF`` and ``UKF`` on the
+augmented state ``(q, q', θ)`` (records and logs), and multiple-shooting ``OutputError`` on measured
+logs (with its physically consistent variant and the margin its start keeps inside the consistent set).
+
+The design (options as fields, facts as class variables) is ``jaxid.estimate.interface``'s module
+docstring; the name table is there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, Literal
+
+import numpy as np
+from jaxtyping import Array
+
+from .abstract import AbstractEstimator, Bound, History, Model
+from .abstract import static_float_option as _static_float
+from .abstract import static_option as _static
+from .abstract import traced_option as _traced
+from .base import Estimate
+from .consistency import project_to_consistent, unconstrained_from_standard
+from .kalman.logs import kalman_filter_fit
+from .kalman.records import ekf, ukf
+from .logs import consistent_estimate, output_error
+from .logs.idim import Identification
+from .nonlinear import nonlinear_output_error
+from .regressor_estimators import IdimLS, _consistent_map
+
+__all__ = ["NonlinearOutputError", "EKF", "UKF", "OutputError", "OutputErrorConsistent", "CONSISTENT_START_FLOOR"]
+
+StartEstimator = Literal["ml", "equation_error", "paper", "idim_ls", "idim_iv", "rls", "ekf", "ukf"]
+
+
+class NonlinearOutputError(AbstractEstimator):
+    """Output error on the nonlinear periodic steady state (``nonlinear_output_error``).
+
+    Traced: ``initial``, ``rtol``, ``state_tolerance``; ``damping`` (the initial ``λ``) is static.
+    """
+
+    name: ClassVar[str] = "nonlinear_oe"
+    function: ClassVar[Callable[..., Estimate]] = staticmethod(nonlinear_output_error)
+    model: ClassVar[Model] = "nonlinear"
+    history: ClassVar[History] = "iterations"
+    bound: ClassVar[Bound] = "nonlinear"
+    takes_noise_mean: ClassVar[bool] = False
+    uses_noise_std: ClassVar[bool] = True
+    needs_whole_periods: ClassVar[bool] = True
+
+    initial: Array | None = _traced(None)
+    initial_estimator: StartEstimator | None = _static("ml")
+    substeps: int = _static(1)
+    fit_offset: bool = _static(True)
+    max_iterations: int = _static(30)
+    rtol: Array = _traced(1e-10)
+    state_tolerance: Array = _traced(1e-9)
+    damping: float = _static_float(1e-4)
+    derivative_cutoff: int | None = _static(None)
+    route: Literal["coarse", "shooting"] = _static("coarse")
+    step_tolerance: float | None = _static(None)
+    coarse_step: float = _static_float(0.04)
+
+
+class _AbstractArmFilter(AbstractEstimator):
+    """Options shared by the Kalman filters on the augmented state ``(q, q', θ)`` (``ekf`` on records,
+    ``kalman_filter_fit`` on logs). ``velocity_process_std`` defaults to 1e-4 on records (the exact
+    model) and 0.01 on logs (model error); ``measurement_std`` (logs only) defaults to the logs'
+    own angle noise."""
+
+    model: ClassVar[Model] = "nonlinear"
+    history: ClassVar[History] = "time"
+    bound: ClassVar[Bound] = "linear"
+    takes_noise_mean: ClassVar[bool] = True
+    uses_noise_std: ClassVar[bool] = True
+    needs_whole_periods: ClassVar[bool] = False
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(kalman_filter_fit)
+    log_options: ClassVar[tuple[str, ...]] = ("measurement_std", "velocity_process_std", "initial_relative_std")
+    log_only: ClassVar[tuple[str, ...]] = ("measurement_std",)
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
+
+    measurement_offset: Array | None = _traced(None)
+    initial_guess: Array | None = _traced(None)
+    initial_factor: Array = _traced(1.3)
+    initial_relative_std: Array = _traced(0.3)
+    initial_velocity_std: Array = _traced(5.0)
+    velocity_process_std: Array | None = _traced(None)
+    parameter_process_std: Array = _traced(0.0)
+    history_points: int = _static(200)
+    measurement_std: float | None = _static(None)
+
+    def _fit_logs(self, logs, model, start, options):
+        options = {k: float(v) for k, v in options.items()}
+        return kalman_filter_fit(
+            logs, model.regressor, model.names, start=start, kind=self.name, known=model.known, **options
+        )
+
+
+class EKF(_AbstractArmFilter):
+    """Extended Kalman filter with the parameters in the state (``ekf``); scales are traced.
+
+    ``needs_whole_periods`` is false; without ``noise_std`` the noise level is read from the
+    record's spectrum.
+    """
+
+    name: ClassVar[str] = "ekf"
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(ekf)
+
+
+class UKF(_AbstractArmFilter):
+    """Unscented Kalman filter, otherwise as ``EKF`` (``ukf``); ``alpha, beta, kappa`` are static
+    (records only: on logs the filter's defaults)."""
+
+    name: ClassVar[str] = "ukf"
+    function: ClassVar[Callable[..., Estimate] | None] = staticmethod(ukf)
+
+    alpha: float = _static_float(1.0)
+    beta: float = _static_float(2.0)
+    kappa: float = _static_float(0.0)
+
+
+class OutputError(AbstractEstimator):
+    """Multiple-shooting output error on measured angles (``jaxid.estimate.logs.output_error``),
+    logs only; on simulated periodic records the output error is ``nonlinear_oe``.
+
+    ``constraint="consistent"``: the fit runs over the log-Cholesky coordinates ``z`` of the arm's
+    standard parameters (``θ = to_model(standard_from_unconstrained(z))``: every iterate a physically
+    consistent arm), started from the consistent least squares on IDIM-LS's rows (projected inside
+    with the margin 1e-2); needs the model's ``ConsistentMap``.
+    """
+
+    name: ClassVar[str] = "output_error"
+    function: ClassVar[Callable[..., Estimate] | None] = None
+    log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(output_error)
+    model: ClassVar[Model] = "nonlinear"
+    history: ClassVar[History] = "none"
+    bound: ClassVar[Bound] = "linear"
+    takes_noise_mean: ClassVar[bool] = False
+    uses_noise_std: ClassVar[bool] = False
+    needs_whole_periods: ClassVar[bool] = False
+    log_options: ClassVar[tuple[str, ...]] = (
+        "segment_s",
+        "stride",
+        "continuity_weight",
+        "max_iterations",
+        "constraint",
+    )
+    log_only: ClassVar[tuple[str, ...]] = log_options
+    starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
+
+    segment_s: float = _static_float(0.5)
+    stride: int = _static(5)
+    continuity_weight: float = _static_float(100.0)
+    max_iterations: int = _static(30)
+    constraint: Literal["none", "consistent"] = _static("none")
+
+    def _fit_logs(self, logs, model, start, options):
+        if options.pop("constraint") == "none":
+            return output_error(logs, model.regressor, model.names, start=start, known=model.known, **options)
+        consistent = _consistent_map(model, self.name)
+        standard = consistent_estimate(logs, consistent, start=start, known=model.known).standard
+        z0 = unconstrained_from_standard(project_to_consistent(standard, floor=CONSISTENT_START_FLOOR))
+        return output_error(
+            logs,
+            model.regressor,
+            model.names,
+            parametrisation=consistent.parametrisation,
+            start_z=np.asarray(z0),
+            known=model.known,
+            **options,
+        )
+
+
+class OutputErrorConsistent(OutputError):
+    """Physically consistent output error (``OutputError(constraint="consistent")``), 100 evaluations."""
+
+    name: ClassVar[str] = "output_error_consistent"
+
+    max_iterations: int = _static(100)
+    constraint: Literal["none", "consistent"] = _static("consistent")
+
+
+#: The margin inside the consistent set of consistent output error's start: a coordinate started at
+#: the brink (``e^z ≈ 0``) has a vanishing gradient and barely moves.
+CONSISTENT_START_FLOOR = 1e-2
