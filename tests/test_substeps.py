@@ -1,4 +1,4 @@
-"""RK4 substeps per log sample (``jaxid.estimate.logs.data``): ``model_step(substeps=k)`` and the
+"""RK4 substeps per log sample (``jaxid.estimate.logs.stepping``): ``model_step(substeps=k)`` and the
 stiffness rule ``stable_substeps``, against a stiff linear joint whose solution is known exactly.
 
 The joint ``m q'' + c q' + k q = τ`` (regressor ``[q'', q', q]``, ``θ = (m, c, k)``) with ``c² ≫ 4 m k`` has

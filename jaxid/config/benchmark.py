@@ -3,7 +3,7 @@
 A benchmark file has the tables of any experiment (``jaxid.config``)::
 
     [experiment]            # kind = "benchmark", name, description, seed, trials, full_trials, chunk
-    [arm]                   # urdf = "...", relative to the file (+ load_arm's options: jaxid.config.fit.URDF_KEYS)
+    [arm]                   # urdf = "...", relative to the file (+ load_arm's options: jaxid.config.fit_arm.URDF_KEYS)
     [defaults]              # keys shared by all settings (BENCHMARK_DEFAULTS)
     [settings.<name>]       # one table per setting
 

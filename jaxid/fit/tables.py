@@ -43,7 +43,7 @@ def parameters_table(estimates, model, jackknife):
 
 def simulation_substeps(model, thetas, logs) -> int:
     """RK4 steps per sample for every free simulation of a fit: the most that
-    ``jaxid.estimate.logs.data.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
+    ``jaxid.estimate.logs.stepping.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
     on ``logs`` (``{run: FilteredLog}``). One integrator for every model compared, and one compiled
     program; a model whose state Jacobian is not finite there is left out of the maximum."""
     from ..estimate.logs.stepping import stable_substeps

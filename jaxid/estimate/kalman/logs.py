@@ -1,7 +1,7 @@
 """The EKF/UKF on measured logs: augmented state ``(q, q', θ)`` (``2 n + p``), the model of the regressor.
 
 The generic filters of ``jaxid.estimate.kalman.filters`` run with this transition: one RK4 step
-(``jaxid.estimate.logs.data.model_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
+(``jaxid.estimate.logs.stepping.model_step``) of ``Y(q, q', q'') θ = τ`` per sample under the low-passed
 measured torque at the stages ``t, t + Δ/2, t + Δ``; ``θ`` constant (no random walk). The
 emissions are the measured (resampled, unfiltered) angles.
 
@@ -191,7 +191,7 @@ def _prepare(logs, start, kind, measurement_std, initial_relative_std, mass_floo
     else:
         r_std = np.full(n, float(measurement_std))
     theta = np.asarray(start.value)
-    # RK4 substeps per sample for a stiff model (data.stable_substeps on the start), fixed for every log.
+    # RK4 substeps per sample for a stiff model (stepping.stable_substeps on the start), fixed for every log.
     substeps, _ = stable_substeps(regressor, theta, logs, known)
     cov = np.diag(np.maximum(initial_relative_std * np.abs(theta), 10 * start.std) ** 2)
     basis, constant, smallest = _mass_points(regressor, known, theta, logs, theta.shape[0])

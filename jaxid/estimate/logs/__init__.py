@@ -1,9 +1,12 @@
 """Identification from measured logs (real arms): filtering, IDIM-LS/IV, output error, EKF/UKF.
 
-- ``data``: ``filter_log`` (zero-phase filter + derivatives), segment simulation of a regressor model;
+- ``data``: ``filter_log`` (zero-phase filter + derivatives), the regressor model's torque;
+- ``stepping``: RK4 steps of a regressor model (``model_step``, segment simulation) and the
+  stiffness rule for substeps per sample (``stable_substeps``);
 - ``model``: ``RegressionModel``, the arm as these estimators see it (regressor, names, known torque,
   constraints);
-- ``idim``: ``idim_ls`` (weighted, optionally bounded), ``idim_iv``; the ``Identification`` result;
+- ``idim``: ``idim_ls`` (weighted, optionally bounded); the ``Identification`` result;
+- ``iv``: ``idim_iv`` (instruments from restarted segment simulations);
 - ``reweighted``: ``idim_rls``, ``idim_ls_consistent`` on IDIM-LS's weighted rows;
 - ``output_error``: multiple-shooting output error;
 - ``kalman``: the EKF/UKF of ``jaxid.estimate.kalman.filters`` with the regressor model's transition;

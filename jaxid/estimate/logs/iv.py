@@ -47,7 +47,7 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1)
     """Per log: ``(indices, q, qd, qdd, near)`` of segment-wise simulations restarted from the filtered
     measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
     samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
-    RK4 steps per sample (``jaxid.estimate.logs.data.model_step``)."""
+    RK4 steps per sample (``jaxid.estimate.logs.stepping.model_step``)."""
     out = []
     sim = simulate_segments_jit
 

@@ -47,7 +47,7 @@ lower bound. Formed from the normal equations it carries their squared condition
 **Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
 10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
 simulation of every sample (one RK4 step per sample, or ``substeps`` of them for a stiff model:
-``jaxid.estimate.logs.data.stable_substeps``), not the residual count.
+``jaxid.estimate.logs.stepping.stable_substeps``), not the residual count.
 
 **Another parametrisation** (``parametrisation = g``, ``start_z``): the solver moves ``z`` and the
 initial states, with ``θ = g(z)`` and the ``θ`` columns of the Jacobian times ``∂g/∂z``; the
@@ -124,7 +124,7 @@ def output_error(
             report the standard parameters of a consistent fit.
         chunk_segments: segments per compiled call (memory ∝ it; the result does not depend on it
             beyond round-off).
-        substeps: RK4 steps per log sample (``jaxid.estimate.logs.data.model_step``); default: the
+        substeps: RK4 steps per log sample (``jaxid.estimate.logs.stepping.model_step``); default: the
             stiffness rule ``stable_substeps`` on the start model (``θ`` of the start) and the logs,
             fixed for the whole fit (one compiled program). Stated in the notes when above 1.
 
