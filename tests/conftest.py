@@ -101,6 +101,12 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def pytest_runtest_teardown(item, nextitem):
+    # A worker runs hundreds of files in one process and JAX keeps every program it compiled: without
+    # this its memory mappings reach vm.max_map_count and XLA dies compiling (jaxid._platform).
+    jaxid._platform.release_if_crowded()
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a file kept

@@ -127,9 +127,12 @@ def test_two_link_equals_the_dense_path(two_link, iterations):
 def test_chunk_size_does_not_change_the_result(two_link):
     """7 segments in chunks of 1, 3 (the last padded) and 64 (one chunk of 8)."""
     regressor, names, logs, ls, est = two_link
+    # Chunks sum the normal equations in another order: rounding of order eps in J'J, which its
+    # inverse (the covariance) amplifies by its condition number.
+    rtol_cov = 16 * np.finfo(float).eps * np.linalg.cond(est.covariance)
     for chunk in (1, 3):
         other = output_error(logs, regressor, names, start=ls, chunk_segments=chunk)
-        _close(other, est.value, est.covariance, rtol_theta=1e-10, rtol_cov=1e-10)
+        _close(other, est.value, est.covariance, rtol_theta=1e-10, rtol_cov=rtol_cov)
         np.testing.assert_allclose(other.residual_std, est.residual_std, rtol=1e-10)
         assert (other.status, other.iterations, other.notes) == (est.status, est.iterations, est.notes)
 

@@ -1,7 +1,10 @@
-"""jaxid._platform: the jaxlib 0.11 CPU FFT deadlock work-around (a flag added to XLA_FLAGS at import)."""
+"""jaxid._platform: the jaxlib 0.11 CPU FFT deadlock work-around (a flag added to XLA_FLAGS at import), and
+the release of compiled programs near the memory-map limit."""
 
 from importlib import metadata
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from jaxid import _platform
@@ -45,3 +48,24 @@ def test_this_process_has_the_flag_iff_its_jaxlib_needs_it():
     flags = os.environ.get("XLA_FLAGS", "")
     if "--xla_cpu_multi_thread_eigen=true" not in flags:
         assert (FFT_DEADLOCK_FLAG in flags) == fft_deadlock_affected(metadata.version("jaxlib"))
+
+
+@pytest.mark.skipif(_platform.memory_maps() is None, reason="/proc/self/maps is Linux's")
+def test_release_if_crowded_frees_compiled_programs_and_registered_caches():
+    """Under the threshold nothing happens; over it (fraction 0) JAX's caches and the registered ones
+    are emptied and the compiled programs' memory mappings are given back."""
+    held, limit = _platform.memory_maps()
+    assert 0 < held < limit
+    assert not _platform.release_if_crowded(fraction=1.0)
+    functions = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cos(x * i)) for i in range(40)]
+    for f in functions:
+        f(jnp.ones(3)).block_until_ready()
+    cache = {"executable": object()}
+    _platform.register_cache(cache)
+    try:
+        compiled = _platform.memory_maps()[0]
+        assert _platform.release_if_crowded(fraction=0.0)
+        assert cache == {}
+        assert _platform.memory_maps()[0] < compiled - 40  # at least one mapping per program back
+    finally:
+        _platform._CACHES.remove(cache)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .._platform import release_if_crowded
 from ..config.benchmark import Benchmark
 from ..study.files import config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from ..types import require_float64
@@ -90,6 +91,7 @@ def _run(exp: Benchmark, out: Path, digest: str, manifest_path: Path, progress: 
         extras["crlb_nonlinear"] = extras["crlb"]
         write_text(json.dumps(extras, indent=2), chunk_dir / "extras.json")
         for index in pending:
+            release_if_crowded()  # a long benchmark's compiled programs within the memory-map limit
             start = index * exp.chunk
             trials = np.arange(start, min(start + exp.chunk, s.trials))
             t0, c0 = time.perf_counter(), time.process_time()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._platform import release_if_crowded
 from ..config.fit import FitConfig
 from ..estimate import make_estimator
 from .checks import (
@@ -219,6 +220,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     estimates, seconds, failed = {}, {}, {}
     ls = None
     for name in _run_order(config.estimators):
+        release_if_crowded()  # every estimator's compiled programs within the memory-map limit
         t0 = time.time()
         try:
             est = _estimate(name, config, train, model, _start(name, ls, estimates))

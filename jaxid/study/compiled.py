@@ -12,6 +12,7 @@ import time
 import equinox as eqx
 import jax
 
+from .. import _platform
 from ..estimate import equation_error_fit, make_estimator, ml_fit
 from ..measure.noise import add_line_noise, add_noise
 from ..measure.spectrum import fourier_coefficients
@@ -84,6 +85,7 @@ def estimator_fn(name: str, unknowns: tuple, q0: tuple, options: tuple):
 
 
 _EXECUTABLES: dict = {}
+_platform.register_cache(_EXECUTABLES)  # emptied when the process nears its memory-map limit
 
 
 def compiled(key, jitted, args) -> tuple:

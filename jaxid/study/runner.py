@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._platform import release_if_crowded
 from ..config.common import Experiment, Setting
 from ..estimate import ESTIMATOR_STATUS, ESTIMATORS, parameter_values, resolve_unknowns
 from ..excitation.multisine import Multisine
@@ -305,6 +306,7 @@ def _run(exp: Experiment, plans: list, out: Path, digest: str, manifest_path: Pa
         if bar:
             bar.update(plan.n_chunks - len(pending))
         for index in pending:
+            release_if_crowded()  # a long sweep's compiled programs within the memory-map limit
             path = chunk_dir / f"{index:05d}.parquet"
             t0 = time.perf_counter()
             df, timing, histories = _run_chunk(exp, plan, index, cache)
