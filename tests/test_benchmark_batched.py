@@ -6,6 +6,7 @@ Uses the two-joint benchmark of ``tests/test_benchmark.py`` (same config, same c
 closed loop compiles once for both files.
 """
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -84,6 +85,56 @@ def test_ls_kernel_against_numpy():
     assert int(fit.rank) == int(fit.first_rank) == p
     singular = np.concatenate([w, w[..., :1]], axis=-1)
     assert int(ls_kernel(singular, y, True, True).first_rank) == p
+
+
+def test_ls_kernel_newey_west_against_its_definition():
+    """``lags = L``: the sandwich ``(AᵀA)⁻¹ M (AᵀA)⁻¹ · N/(N − p)`` on the weighted rows, with ``M`` written
+    as the double sum ``Σ_{|t−s| ≤ L} (1 − |t−s|/(L+1)) g_t g_sᵀ`` over row times (``g_t``: the scores
+    of one row time's joints); the estimate itself does not change."""
+    rng = np.random.default_rng(1)
+    rows, n, p, lags = 50, 2, 4, 3
+    w = rng.normal(size=(rows, n, p))
+    y = np.einsum("rnp,p->rn", w, rng.normal(size=p)) + rng.normal(size=(rows, n))
+    plain, fit = ls_kernel(w, y, True, True), ls_kernel(w, y, True, True, lags)
+    np.testing.assert_array_equal(np.asarray(fit.theta), np.asarray(plain.theta))
+    sigma = np.asarray(fit.sigma)
+    aw = w / sigma[None, :, None]
+    resid = y / sigma - np.einsum("rnp,p->rn", aw, np.asarray(fit.theta))
+    g = np.einsum("rnp,rn->rp", aw, resid)
+    meat = sum(
+        (1 - abs(t - s) / (lags + 1)) * np.outer(g[t], g[s])
+        for t in range(rows)
+        for s in range(rows)
+        if abs(t - s) <= lags
+    )
+    inverse = np.linalg.inv(aw.reshape(-1, p).T @ aw.reshape(-1, p))
+    expected = rows * n / (rows * n - p) * inverse @ meat @ inverse
+    np.testing.assert_allclose(np.asarray(fit.covariance), expected, rtol=1e-9)
+
+
+def test_ls_kernel_newey_west_covers_under_correlated_noise():
+    """Monte Carlo: noise that is a moving average over 4 rows (as low-passed, decimated rows are) on
+    smooth rows. The plain covariance understates the spread (z-scores' std ≈ 2); the Newey-West one
+    over ``L = 4`` rows covers 95 % intervals in 0.85-0.99 of 400 trials for every parameter (0.88-0.90
+    here: Bartlett's weights shrink the lag-1..3 correlations of this noise by 20-60 %, so its variance
+    is 3/4 of the truth's)."""
+    rng = np.random.default_rng(2)
+    rows, n, p, trials, lags = 400, 2, 3, 400, 4
+    t = np.arange(rows)[:, None, None]  # smooth rows, as low-passed signals are: periods of 40-200 rows
+    w = np.cos(2 * np.pi * t / rng.uniform(40, 200, size=(1, n, p)) + rng.uniform(0, 6, size=(1, n, p)))
+    theta = np.array([1.0, -2.0, 0.5])
+    white = rng.normal(size=(trials, rows + lags - 1, n))
+    noise = sum(white[:, k : k + rows] for k in range(lags)) / 2.0
+    y = np.einsum("rnp,p->rn", w, theta)[None] + noise
+    plain = jax.vmap(lambda yy: ls_kernel(w, yy, True, False))(y)
+    hac = jax.vmap(lambda yy: ls_kernel(w, yy, True, False, lags))(y)
+
+    def z(fit):
+        return (np.asarray(fit.theta) - theta) / np.sqrt(np.diagonal(np.asarray(fit.covariance), axis1=1, axis2=2))
+
+    assert np.all(np.std(z(plain), axis=0) > 1.4)
+    inside = np.mean(np.abs(z(hac)) < 1.96, axis=0)
+    assert np.all((inside >= 0.85) & (inside <= 0.99)), inside
 
 
 def test_full_run_picks_the_marked_settings(tmp_path):

@@ -87,9 +87,12 @@ def test_rls_on_logs_ends_at_the_weighted_least_squares(problem):
     model, logs, ls = problem
     rls = RLS()(logs, model, start=ls)
     assert rls.method == "rls" and rls.status == "ok"
-    # Forgetting 1 and a huge P0: the recursion's end is IDIM-LS's weighted solution.
+    # Forgetting 1 and a huge P0: the recursion's end is IDIM-LS's weighted solution, and its covariance
+    # (σ̂² P_N) IDIM-LS's for independent residuals (lags 0; IDIM-LS's default is the Newey-West one).
     np.testing.assert_allclose(rls.value, ls.value, rtol=1e-6, atol=1e-9 * np.abs(ls.value).max())
-    np.testing.assert_allclose(rls.std, ls.std, rtol=1e-3)
+    independent = idim_ls(logs, model.regressor, model.names, lags=0)
+    np.testing.assert_allclose(rls.std, np.sqrt(np.diag(independent.covariance)), rtol=1e-3)
+    assert not np.allclose(ls.std, rls.std, rtol=1e-2)
     # Forgetting discounts the early rows: another estimate.
     assert not np.allclose(RLS(forgetting=0.999)(logs, model, start=ls).value, ls.value, rtol=1e-4)
 

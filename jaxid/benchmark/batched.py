@@ -36,7 +36,7 @@ from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
-from ..estimate.logs.idim import Identification, _jnp_unit_columns, default_decimation, ls_kernel
+from ..estimate.logs.idim import Identification, _jnp_unit_columns, correlation_lags, default_decimation, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from ..types import Status
@@ -75,7 +75,7 @@ def _program(plan, consistent: bool, rls: bool, ndev: int):
         st = plan.setting
         stride = default_decimation(st["sample_step"], st["cutoff_hz"])
         # ``consistent_estimate``'s default: one cut-off period of the decimated rows (their residuals correlate).
-        lags = int(np.ceil(1.0 / (st["cutoff_hz"] * stride * st["sample_step"]) - 1e-9))
+        lags = correlation_lags(st["sample_step"], st["cutoff_hz"], stride)
         cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, consistent, rls, ndev, lags)
     return cache[key]
 
@@ -89,7 +89,7 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
         band, qf, qd, qdd, y, prior = args
         full = jnp.einsum("rk,knp->rnp", band, arm.standard_regressor(qf, qd, qdd))
         w = full[..., columns]
-        fit = ls_kernel(w, y, True, keep_first=False)
+        fit = ls_kernel(w, y, True, keep_first=False, lags=lags)
         p = w.shape[-1]
         out = {
             "ls_theta": fit.theta,

@@ -51,12 +51,14 @@ __all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "E
 
 #: What each estimator is and what its reported std means (also in ``experiments/README.md``).
 ESTIMATOR_DOC = {
-    "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: σ̂² (WᵀW)⁻¹)",
+    "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: Newey-West sandwich "
+    "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
     "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS",
     "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
     "formula at the bounded solution)",
     "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
-    "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: IDIM-LS's",
+    "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: its own, least "
+    "squares on the active constraint face with the same Newey-West sandwich",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
     "coordinates)",
     "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..consistency.covariance import _bartlett_meat
 from .data import FilteredLog, Known, Regressor
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "segment_starts",
     "regression_rows",
     "ls_kernel",
+    "correlation_lags",
     "LSFit",
 ]
 
@@ -97,6 +99,13 @@ class Identification(eqx.Module):
 def default_decimation(sample_step: float, cutoff_hz: float) -> int:
     """``max(1, ⌊f_s / (4 f_c)⌋)``: rows about twice the Nyquist rate of the filtered band."""
     return max(1, int(np.floor(1.0 / (sample_step * 4 * cutoff_hz))))
+
+
+def correlation_lags(sample_step: float, cutoff_hz: float, decimate: int) -> int:
+    """``⌈1 / (f_c · decimate · Δ)⌉``: the rows in one cut-off period, over which the residuals of
+    low-passed, decimated rows stay correlated (about 4 at ``default_decimation``); the ``L`` of the
+    Newey-West covariance of IDIM-LS and of the consistent LS."""
+    return int(np.ceil(1.0 / (cutoff_hz * decimate * sample_step) - 1e-9))
 
 
 def segment_starts(log: FilteredLog, length: int) -> np.ndarray:
@@ -244,6 +253,7 @@ def idim_ls(
     bounds: tuple[Sequence[float], Sequence[float]] | None = None,
     parallel: bool = True,
     known: Known | None = None,
+    lags: int | None = None,
 ) -> Identification:
     """IDIM-LS on one or more filtered logs (see the module docstring).
 
@@ -254,6 +264,8 @@ def idim_ls(
         bounds: optional ``(lower, upper)`` per parameter (``±inf`` for free ones): bounded LS.
         parallel: low-pass the regressor columns like the torque (default ``True``; module docstring).
         known: torque of fixed parameters, subtracted from the measured torque (default none).
+        lags: rows over which residuals correlate, for the Newey-West covariance (``ls_kernel``);
+            default ``correlation_lags`` (one cut-off period of rows); 0: independent residuals.
 
     Raises ``ValueError`` (one line) if the regressor is rank-deficient: it names every unidentifiable
     direction as a combination of the parameters (``[I2 - 0.3 m2r2], [fc1]``; see ``_null_directions``).
@@ -264,7 +276,11 @@ def idim_ls(
     rows = regression_rows(logs, decimate)
     w, y = _stack(logs, regressor, rows, parallel, known)
     if bounds is None:
-        fit = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), weighted)
+        if lags is None:
+            lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
+        elif int(lags) != lags or lags < 0:
+            raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
+        fit = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), weighted, True, int(lags))
         if int(fit.first_rank) < len(names):
             a, scale = np.asarray(fit.first_scaled), np.asarray(fit.first_scale)
             _check_rank(int(fit.first_rank), names, a, scale)
@@ -332,7 +348,7 @@ def _jnp_rank_condition(a):
     return jnp.sum(s > tol), cond
 
 
-def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True) -> LSFit:
+def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 0) -> LSFit:
     """IDIM-LS on stacked rows, pure JAX (``jit``/``vmap``-able): the one least-squares kernel of
     ``idim_ls`` (on logs) and the benchmark's batched trials (``jaxid.benchmark.batched``).
 
@@ -342,6 +358,11 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True) -> LSFit:
     ``σ̂² = Σ (r/σ)² / max(rows·n − p, 1)``; ranks with NumPy's ``matrix_rank`` tolerance. A
     rank-deficient problem is not refused here (``first_rank < p``: the caller's status or error).
     ``keep_first``: also return the first problem's matrix (for ``_check_rank``'s message).
+    ``lags`` ``L > 0``: the residuals of neighbouring rows are correlated (low-passed, decimated rows:
+    ``correlation_lags``), and the covariance is the Newey-West sandwich ``(AᵀA)⁻¹ M (AᵀA)⁻¹ ·
+    rows/(rows − p)`` with ``M`` the Bartlett estimate over ``L`` row times of the scores ``Aₜᵀ eₜ``
+    (``jaxid.estimate.consistency.covariance._bartlett_meat``, as the consistent LS). ``L = 0``: the
+    covariance above, for independent residuals.
     """
     rows, joints, p = w.shape
     scale0 = _jnp_unit_columns(w.reshape(-1, p))
@@ -358,8 +379,14 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True) -> LSFit:
     a = ws / scale
     theta = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))[0] / scale
     resid = y - jnp.einsum("njp,p->nj", w, theta)
-    variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
-    covariance = variance * jnp.linalg.inv(a.T @ a) / jnp.outer(scale, scale)
+    inverse = jnp.linalg.inv(a.T @ a)
+    if lags == 0:
+        variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
+        covariance = variance * inverse / jnp.outer(scale, scale)
+    else:
+        meat = _bartlett_meat(a, (resid / sigma).reshape(-1), joints, lags)
+        sandwich = a.shape[0] / max(a.shape[0] - p, 1) * inverse @ meat @ inverse
+        covariance = 0.5 * (sandwich + sandwich.T) / jnp.outer(scale, scale)
     rank, condition = _jnp_rank_condition(a)
     return LSFit(
         theta,
@@ -374,7 +401,7 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True) -> LSFit:
     )
 
 
-_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3))
+_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4))
 
 
 def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok"):

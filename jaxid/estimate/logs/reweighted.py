@@ -19,7 +19,7 @@ from ...types import Status
 from ..consistency import consistent_least_squares
 from ..kalman.filters import recursive_least_squares
 from .data import FilteredLog, Known, Regressor
-from .idim import Identification, _rank_condition, _stack, default_decimation, regression_rows
+from .idim import Identification, _rank_condition, _stack, correlation_lags, default_decimation, regression_rows
 
 __all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate"]
 
@@ -87,7 +87,7 @@ def consistent_estimate(
     prior = None if consistent.prior is None else jnp.asarray(consistent.prior)
     if "correlation_lags" not in options:  # one cut-off period of the decimated rows (their residuals correlate)
         stride = decimate or default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
-        options["correlation_lags"] = int(np.ceil(1.0 / (logs[0].cutoff_hz * stride * logs[0].sample_step) - 1e-9))
+        options["correlation_lags"] = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, stride)
     return consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
 
 
