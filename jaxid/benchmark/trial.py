@@ -53,7 +53,8 @@ __all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "E
 ESTIMATOR_DOC = {
     "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: Newey-West sandwich "
     "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
-    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS",
+    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS "
+    "(std: the IV Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ over one cut-off period of rows)",
     "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
     "formula at the bounded solution)",
     "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "

@@ -404,13 +404,18 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
 _ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4))
 
 
-def _ls_result(method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok"):
+def _ls_result(
+    method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok", sandwich=None
+):
+    """The ``Identification`` of a least-squares-like fit; covariance ``σ̂² cov_scaled`` in the scaled
+    coordinates (default ``(AᵀA)⁻¹``), or ``sandwich`` as it is (a Newey-West covariance, scaled)."""
     resid = y - np.einsum("njp,p->nj", w, theta)
     n, p = a.shape
     weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
-    if cov_scaled is None:
-        cov_scaled = np.linalg.inv(a.T @ a)
-    cov = weighted_var * cov_scaled / np.outer(scale, scale)
+    if sandwich is not None:
+        cov = np.asarray(sandwich) / np.outer(scale, scale)
+    else:
+        cov = weighted_var * (np.linalg.inv(a.T @ a) if cov_scaled is None else cov_scaled) / np.outer(scale, scale)
     rank, cond = _rank_condition(a)
     return Identification(
         method,

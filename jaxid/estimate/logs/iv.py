@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..consistency.covariance import _bartlett_meat
 from .data import FilteredLog, Known, Regressor, accelerations
-from .idim import Identification, _known_torque, _ls_result, default_decimation, segment_starts
+from .idim import Identification, _known_torque, _ls_result, correlation_lags, default_decimation, segment_starts
 from .stepping import simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = ["idim_iv", "simulated_signals"]
@@ -113,6 +114,9 @@ def idim_iv(
         segment_s: [s] the simulation restarts from the filtered measured state this often.
         decimate: row stride (default as IDIM-LS). known: torque of fixed parameters (as IDIM-LS).
 
+    Covariance: the Newey-West IV sandwich ``(ZᵀW)⁻¹ M (WᵀZ)⁻¹ · N/(N − p)`` in the weighted rows, ``M``
+    the Bartlett estimate of the scores ``Zₜᵀeₜ`` over ``correlation_lags`` rows (as IDIM-LS's).
+
     Raises ``ValueError`` if the instrument matrix is singular.
     """
     names = tuple(names)
@@ -158,8 +162,14 @@ def idim_iv(
             )
         x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
         theta = x / scale
+    # Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ · N/(N − p): the instruments' scores Zₜᵀeₜ correlate over
+    # one cut-off period of rows, as IDIM-LS's do (``idim.ls_kernel``).
     zw_inv = np.linalg.inv(zw)
-    cov_scaled = zw_inv @ ((a_z / scale).T @ (a_z / scale)) @ zw_inv.T
+    residual = (y / sigma).reshape(-1) - (a_w / scale) @ x
+    lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
+    meat = np.asarray(_bartlett_meat(jnp.asarray(a_z / scale), jnp.asarray(residual), w.shape[1], lags))
+    rows = residual.size
+    sandwich = rows / max(rows - len(names), 1) * zw_inv @ meat @ zw_inv.T
     return _ls_result(
         "idim_iv",
         names,
@@ -169,7 +179,7 @@ def idim_iv(
         sigma,
         a_w / scale,
         scale,
-        cov_scaled=cov_scaled,
+        sandwich=0.5 * (sandwich + sandwich.T),
         iterations=iterations,
         notes=notes,
     )
