@@ -15,7 +15,7 @@ from test_benchmark import write_config
 from jaxid.benchmark import load_benchmark
 from jaxid.benchmark.batched import batched_fits, run_chunk
 from jaxid.benchmark.trial import make_plan, run_estimators, simulate_trials
-from jaxid.estimate.logs.idim import _ls_kernel_jit as ls_kernel
+from jaxid.estimate.logs.ls_kernel import _ls_kernel_jit as ls_kernel
 
 
 @pytest.fixture(scope="module")

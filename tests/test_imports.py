@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "estimate.regressor_estimators",
         "estimate.nonlinear_estimators",
         "estimate.logs.stepping",
+        "estimate.logs.ls_kernel",
     ),
     (
         "config",

@@ -36,7 +36,8 @@ from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
-from ..estimate.logs.idim import Identification, _jnp_unit_columns, correlation_lags, default_decimation, ls_kernel
+from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
+from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from ..types import Status

@@ -120,7 +120,9 @@ def simulated_logs(
 
     from ..excitation.fourier import random_fourier_trajectory
     from ..model.urdf import load_arm
-    from ..simulation.closed_loop import MeasurementNoise, PDController, simulate_closed_loop
+    from ..simulation.closed_loop import simulate_closed_loop
+    from ..simulation.closed_loop_record import MeasurementNoise
+    from ..simulation.controllers import PDController
     from ..types import Status
 
     out = Path(out)

@@ -6,6 +6,7 @@
 - ``model``: ``RegressionModel``, the arm as these estimators see it (regressor, names, known torque,
   constraints);
 - ``idim``: ``idim_ls`` (weighted, optionally bounded); the ``Identification`` result;
+- ``ls_kernel``: its one least-squares kernel (pure JAX; the batched benchmark's too);
 - ``iv``: ``idim_iv`` (instruments from restarted segment simulations);
 - ``reweighted``: ``idim_rls``, ``idim_ls_consistent`` on IDIM-LS's weighted rows;
 - ``output_error``: multiple-shooting output error;

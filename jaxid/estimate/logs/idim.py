@@ -20,10 +20,12 @@ signals carry no information above the cut-off, so closer rows only correlate th
   regressor, and their noise is that of the simulation, not of the measurement).
   ``θ = (Zᵀ W)⁻¹ Zᵀ τ``, iterated ``iterations`` times from the IDIM-LS estimate.
 
-**Standard deviations** are the usual ``σ̂² (WᵀW)⁻¹`` (IV: ``σ̂² (ZᵀW)⁻¹ ZᵀZ (WᵀZ)⁻¹``) with the
-weighted residual variance ``σ̂²``. They treat the residuals as white and the regressor as exact:
-they ignore the noise and filter bias in ``Y`` (errors in variables), the residuals' correlation
-and the model error, so they are lower bounds on the real uncertainty. Rank and condition number
+**Standard deviations**: the residuals of low-passed rows decimated at about 4 rows per cut-off
+period stay correlated over one cut-off period (``correlation_lags``), so the covariance is the
+Newey-West sandwich ``(WᵀW)⁻¹ M (WᵀW)⁻¹`` (IV: ``(ZᵀW)⁻¹ M (WᵀZ)⁻¹``), ``M`` the Bartlett estimate of
+the scores' covariance (``jaxid.estimate.logs.ls_kernel``); ``lags = 0`` gives the white-residual
+``σ̂² (WᵀW)⁻¹``. They treat the regressor as exact: they ignore the noise and filter bias in ``Y``
+(errors in variables) and the model error, so they are lower bounds on the real uncertainty. Rank and condition number
 are those of the weighted regressor with unit-norm columns (the scale-free condition number).
 """
 
@@ -36,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..consistency.covariance import _bartlett_meat
 from .data import FilteredLog, Known, Regressor
+from .ls_kernel import _ls_kernel_jit
 
 __all__ = [
     "Identification",
@@ -45,9 +47,7 @@ __all__ = [
     "default_decimation",
     "segment_starts",
     "regression_rows",
-    "ls_kernel",
     "correlation_lags",
-    "LSFit",
 ]
 
 
@@ -312,96 +312,6 @@ def idim_ls(
     x = _solve(a, b, bounds, scale)
     theta = x / scale
     return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale)
-
-
-class LSFit(eqx.Module):
-    """What ``ls_kernel`` returns (arrays; a leading trial axis under ``vmap``).
-
-    theta, covariance: the estimate and ``σ̂² (AᵀA)⁻¹`` mapped back from unit-norm columns.
-    rank, condition: of the final (weighted, unit-norm) regressor ``A``. residual_std: ``(n,)`` per
-    joint, unweighted. sigma: the weights' ``σ_j``. first_rank: rank of the first (unweighted) problem,
-    the one a rank-deficient regressor is refused on; first_scaled, first_scale: that problem's
-    unit-norm matrix and column norms (to name its null directions, ``_check_rank``).
-    """
-
-    theta: jax.Array
-    covariance: jax.Array
-    rank: jax.Array
-    condition: jax.Array
-    residual_std: jax.Array
-    sigma: jax.Array
-    first_rank: jax.Array
-    first_scaled: jax.Array | None = None
-    first_scale: jax.Array | None = None
-
-
-def _jnp_unit_columns(a):
-    scale = jnp.linalg.norm(a, axis=0)
-    return jnp.where(scale > 0, scale, 1.0)
-
-
-def _jnp_rank_condition(a):
-    """``_rank_condition`` in JAX: NumPy's ``matrix_rank`` tolerance, scale-free condition number."""
-    s = jnp.linalg.svd(a, compute_uv=False)
-    tol = max(a.shape) * jnp.finfo(a.dtype).eps * s[0]
-    cond = jnp.where(s[-1] > 0, s[0] / s[-1], jnp.inf)
-    return jnp.sum(s > tol), cond
-
-
-def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 0) -> LSFit:
-    """IDIM-LS on stacked rows, pure JAX (``jit``/``vmap``-able): the one least-squares kernel of
-    ``idim_ls`` (on logs) and the benchmark's batched trials (``jaxid.benchmark.batched``).
-
-    ``w`` ``(rows, n, p)``, ``y`` ``(rows, n)``. Ordinary LS on unit-norm columns; with ``weighted``
-    each joint's rows divided by its residual std ``σ_j = √(Σ r² / (rows − p/n))`` and solved again
-    (Gautier's rule); covariance ``σ̂² (AᵀA)⁻¹`` with the weighted residual variance
-    ``σ̂² = Σ (r/σ)² / max(rows·n − p, 1)``; ranks with NumPy's ``matrix_rank`` tolerance. A
-    rank-deficient problem is not refused here (``first_rank < p``: the caller's status or error).
-    ``keep_first``: also return the first problem's matrix (for ``_check_rank``'s message).
-    ``lags`` ``L > 0``: the residuals of neighbouring rows are correlated (low-passed, decimated rows:
-    ``correlation_lags``), and the covariance is the Newey-West sandwich ``(AᵀA)⁻¹ M (AᵀA)⁻¹ ·
-    rows/(rows − p)`` with ``M`` the Bartlett estimate over ``L`` row times of the scores ``Aₜᵀ eₜ``
-    (``jaxid.estimate.consistency.covariance._bartlett_meat``, as the consistent LS). ``L = 0``: the
-    covariance above, for independent residuals.
-    """
-    rows, joints, p = w.shape
-    scale0 = _jnp_unit_columns(w.reshape(-1, p))
-    a0 = (w / scale0).reshape(-1, p)
-    first_rank, _ = _jnp_rank_condition(a0)
-    if weighted:
-        x0 = jnp.linalg.lstsq(a0, y.reshape(-1))[0]
-        resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
-        sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
-    else:
-        sigma = jnp.ones(joints, w.dtype)
-    ws = (w / sigma[None, :, None]).reshape(-1, p)
-    scale = _jnp_unit_columns(ws)
-    a = ws / scale
-    theta = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))[0] / scale
-    resid = y - jnp.einsum("njp,p->nj", w, theta)
-    inverse = jnp.linalg.inv(a.T @ a)
-    if lags == 0:
-        variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
-        covariance = variance * inverse / jnp.outer(scale, scale)
-    else:
-        meat = _bartlett_meat(a, (resid / sigma).reshape(-1), joints, lags)
-        sandwich = a.shape[0] / max(a.shape[0] - p, 1) * inverse @ meat @ inverse
-        covariance = 0.5 * (sandwich + sandwich.T) / jnp.outer(scale, scale)
-    rank, condition = _jnp_rank_condition(a)
-    return LSFit(
-        theta,
-        covariance,
-        rank,
-        condition,
-        jnp.sqrt(jnp.mean(resid**2, axis=0)),
-        sigma,
-        first_rank,
-        a0 if keep_first else None,
-        scale0 if keep_first else None,
-    )
-
-
-_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4))
 
 
 def _ls_result(
