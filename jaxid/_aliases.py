@@ -18,6 +18,7 @@ __all__ = ["MOVED", "install"]
 #: old module path → its module now
 MOVED: dict[str, str] = {
     "jaxid.batch": "jaxid.simulation.batch",
+    "jaxid.benchmark.bound": "jaxid.estimate.crlb",
     "jaxid.benchmark.config": "jaxid.config.benchmark",
     "jaxid.benchmark.report": "jaxid.report.benchmark",
     "jaxid.closed_loop": "jaxid.simulation.closed_loop",

@@ -1,7 +1,7 @@
 """The N-joint benchmark: Monte Carlo comparison of identification methods on an arm from its URDF.
 
 ``[experiment] kind = "benchmark"`` with ``[arm] urdf = "..."`` (``config``); per setting a plan
-(arms, model, reference, controller, the noise-free runs, the Cramér–Rao bound ``bound``) and per
+(arms, model, reference, controller, the noise-free runs, the Cramér–Rao bound, ``jaxid.estimate.crlb.base_parameter_crlb``) and per
 trial a closed-loop log and every estimator on it (``trial``); chunks on disk, resumable
 (``runner``); tables and figures (``report``). ``jaxid run`` dispatches on the kind.
 """
@@ -14,7 +14,7 @@ from ..config.benchmark import (
     load_benchmark,
     parse_benchmark,
 )
-from .bound import base_parameter_crlb
+from ..estimate.crlb import base_parameter_crlb
 from .runner import run_benchmark
 from .trial import ESTIMATOR_DOC, BenchmarkPlan, make_plan
 

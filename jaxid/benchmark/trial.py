@@ -8,7 +8,7 @@ dropped when ``model_coulomb = false`` (then the friction is a model error: pres
 absent from the model); the reference (``random_fourier_trajectory`` from ``trajectory_seed``, or a
 designed one), the controller (tuned on the *nominal* arm: it knows no friction), the noise; and
 two noise-free closed-loop runs: the benchmark trajectory itself (its exact states give the
-Cramér–Rao bound, ``jaxid.benchmark.bound``) and a held-out validation trajectory
+Cramér–Rao bound, ``jaxid.estimate.crlb.base_parameter_crlb``) and a held-out validation trajectory
 (``validation_seed``), on which every estimate predicts the torque.
 
 **Trial** ``i``: its key ``trial_key(seed, setting, i)`` (``jaxid.study.sampling``) draws its
@@ -37,6 +37,7 @@ import numpy as np
 from ..config.benchmark import Benchmark
 from ..config.study import Setting
 from ..estimate import IdimLS, make_estimator
+from ..estimate.crlb import base_parameter_crlb
 from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
 from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
@@ -45,7 +46,6 @@ from ..model import SerialArm, base_parameters
 from ..simulation.closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
-from .bound import base_parameter_crlb
 
 __all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "ESTIMATOR_DOC", "validation_rmse"]
 

@@ -15,7 +15,12 @@ and the bound on any unbiased estimator's covariance is ``F⁻¹``. Three entry 
   ``θ ↦ Q (L, 2)`` (by Parseval, ``Σ_n |Re Σ_k X_k e^{jω_k t_n}|² = (N/2) Σ_k |X_k|²`` for lines
   strictly between DC and Nyquist), much cheaper: ``F = (NP/2) Σ_k Re(∂Q_kᴴ W ∂Q_k)``;
 - ``linear_crlb(arm, excitation, unknowns, …)``: the bound for the linearised arm, the yardstick
-  of the frequency-domain estimators.
+  of the frequency-domain estimators;
+- ``base_parameter_crlb(regressor, torque_std)``: the time-domain bound of an arm's base parameters
+  from torque measurements at the true states, ``(W_Bᵀ Σ⁻¹ W_B)⁻¹``, the N-joint benchmark's yardstick
+  (IDIM-LS on the exact states reaches it: ``tests/test_benchmark.py``); its kernels
+  ``regressor_information`` (``Σ_k W_kᵀ Σ⁻¹ W_k``) and ``inverse_information`` are also the bound a
+  designed Fourier trajectory minimises (``jaxid.excitation.fourier_design``).
 
 Uniform noise of the same variance (the paper's) has the same bound for the *frequency-domain*
 estimators to first order, because the Fourier lines are sums of many samples (near Gaussian).
@@ -28,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
 from .. import linalg
@@ -45,6 +51,9 @@ __all__ = [
     "linear_phasors",
     "linear_fisher_information",
     "linear_crlb",
+    "regressor_information",
+    "inverse_information",
+    "base_parameter_crlb",
 ]
 
 
@@ -210,3 +219,51 @@ def linear_crlb(
             arm, excitation, unknowns, noise_std=noise_std, sample_step=sample_step, periods=periods, q0=q0
         )
     )
+
+
+# -- The time-domain bound of base parameters from torques (the N-joint benchmark's yardstick) --
+
+
+def regressor_information(
+    regressor: Float[ArrayLike, "N n r"], noise_std: Float[ArrayLike, "*#n"]
+) -> Float[Array, "r r"]:
+    """``Σ_k W_kᵀ Σ⁻¹ W_k`` from regressor rows ``(N, n, r)`` and the torque noise std per joint: the
+    one Fisher-information kernel (a designed trajectory's rows here, a simulated run's in the
+    benchmark). Pure."""
+    w = jnp.asarray(regressor, dtype=float) / jnp.asarray(noise_std, dtype=float)[..., None]
+    return jnp.einsum("knp,knq->pq", w, w)
+
+
+def inverse_information(information: Float[ArrayLike, "r r"]) -> Float[Array, "r r"]:
+    """``F⁻¹``, inverted after scaling ``F`` to unit diagonal (columns of very different magnitudes,
+    a friction beside a wrist inertia, keep their digits). Pure."""
+    f = jnp.asarray(information, dtype=float)
+    scale = jnp.sqrt(jnp.diag(f))
+    return jnp.linalg.inv(f / jnp.outer(scale, scale)) / jnp.outer(scale, scale)
+
+
+def base_parameter_crlb(
+    regressor: Float[ArrayLike, "N n p"], torque_std: float | Float[ArrayLike, " n"]
+) -> Float[np.ndarray, "p p"]:
+    """``(W_Bᵀ Σ⁻¹ W_B)⁻¹`` ``(p, p)`` from the base regressor rows ``(N, n, p)`` at the true states and
+    the torque noise std ``σ`` [N m] (scalar or one per joint).
+
+    Returns ``nan`` everywhere when some ``σ_j`` is 0 (the bound is then 0 in the directions that
+    joint sees: not a yardstick) and ``inf`` on the diagonal of a rank-deficient problem. Raises
+    ``ValueError`` for a regressor that is not ``(N, n, p)``.
+    """
+    w = np.asarray(regressor, dtype=float)
+    if w.ndim != 3:
+        raise ValueError(f"regressor must have shape (N, n, p), got {w.shape}.")
+    p = w.shape[-1]
+    sigma = np.broadcast_to(np.asarray(torque_std, dtype=float), (w.shape[1],))
+    if np.any(sigma <= 0):
+        return np.full((p, p), np.nan)
+    a = (w / sigma[None, :, None]).reshape(-1, p)
+    a = a / np.where(np.linalg.norm(a, axis=0) > 0, np.linalg.norm(a, axis=0), 1.0)
+    s = np.linalg.svd(a, compute_uv=False)  # the rank test, on unit-norm columns
+    if s[-1] <= a.shape[0] * np.finfo(float).eps * s[0]:
+        out = np.full((p, p), np.nan)
+        out[np.diag_indices(p)] = np.inf
+        return out
+    return np.asarray(inverse_information(regressor_information(w, sigma)))

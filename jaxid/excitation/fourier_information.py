@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..estimate.crlb import inverse_information, regressor_information
 from ..model.base_parameters import BaseParameters, base_regressor
 from ..model.interface import AbstractArm
 from ..types import compiled_when_concrete
@@ -133,24 +134,6 @@ def information_matrix(
     torque noise std ``noise_std`` [N m], scalar or per joint ``(n,)``. Pure; differentiable in the
     trajectory's coefficients and the noise."""
     return periods * regressor_information(design_regressor(arm, base, trajectory, samples), noise_std)
-
-
-def regressor_information(
-    regressor: Float[ArrayLike, "N n r"], noise_std: Float[ArrayLike, "*#n"]
-) -> Float[Array, "r r"]:
-    """``Σ_k W_kᵀ Σ⁻¹ W_k`` from regressor rows ``(N, n, r)`` and the torque noise std per joint: the
-    one Fisher-information kernel (a designed trajectory's rows here, a simulated run's in the
-    benchmark). Pure."""
-    w = jnp.asarray(regressor, dtype=float) / jnp.asarray(noise_std, dtype=float)[..., None]
-    return jnp.einsum("knp,knq->pq", w, w)
-
-
-def inverse_information(information: Float[ArrayLike, "r r"]) -> Float[Array, "r r"]:
-    """``F⁻¹``, inverted after scaling ``F`` to unit diagonal (columns of very different magnitudes,
-    a friction beside a wrist inertia, keep their digits). Pure."""
-    f = jnp.asarray(information, dtype=float)
-    scale = jnp.sqrt(jnp.diag(f))
-    return jnp.linalg.inv(f / jnp.outer(scale, scale)) / jnp.outer(scale, scale)
 
 
 def base_parameter_bound(
