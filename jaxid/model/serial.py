@@ -357,8 +357,8 @@ class SerialArm(AbstractArm):
         self, q: Float[ArrayLike, "*b n"], qd: Float[ArrayLike, "*b n"], qdd: Float[ArrayLike, "*b n"]
     ) -> Float[Array, "... n s"]:
         """``Y (..., n, 14 n)`` with ``inverse_dynamics == Y @ standard_parameters()``: the regressor
-        recursion of ``jaxid.model.spatial.rnea_regressor`` for the links, diagonal columns for the
-        joint terms (exact; equal to the Jacobian of the inverse dynamics in the standard vector,
+        recursion of ``jaxid.model.spatial.rnea_regressor`` for the links, evaluated for the whole
+        batch at once (``rnea_regressor_batched``), diagonal columns for the joint terms (exact; equal to the Jacobian of the inverse dynamics in the standard vector,
         tested). Depends on the geometry, gravity and Coulomb slope only."""
         states = (self._joint_vector(q, "q"), self._joint_vector(qd, "qd"), self._joint_vector(qdd, "qdd"))
         return _evaluate(self, "regressor", None, *states)

@@ -16,7 +16,10 @@ standard parameters ``[m, m cx, m cy, m cz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz]`` abou
 regressor in the links' standard parameters (the recursion of Atkeson et al. 1986, as Pinocchio's
 ``computeJointTorqueRegressor``), all for one arm and one state,
 unrolled over the joints at trace time; ``jaxid.model.serial`` adds armature, friction and offsets
-and batches them.
+and batches them. ``rnea_regressor_batched`` is the same regressor for a batch of states held
+batch-minor (the batch is the last axis of every array), written as elementwise products and short
+sums that XLA fuses into loops over the batch (a vmap of ``rnea_regressor`` is a chain of tiny
+batched matrix products, slow on CPU).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-__all__ = ["Joint", "joint_constants", "rnea", "crba", "rnea_regressor"]
+__all__ = ["Joint", "joint_constants", "rnea", "crba", "rnea_regressor", "rnea_regressor_batched"]
 
 # -- spatial algebra: numpy constants, built at trace time from the static geometry -------------
 
@@ -214,3 +217,81 @@ def rnea_regressor(joints: list[Joint], xs: list[Array], gravity: Array, qd: Arr
         forces = own if forces is None else xs[j + 1].T @ forces + own
         rows[j] = joints[j].motion @ forces
     return jnp.stack(rows)
+
+
+# -- the regressor for a batch of states, batch-minor ----------------------------------------------
+
+
+def _apply_constant(matrix: np.ndarray, vectors: Array) -> Array:
+    """``matrix @ vectors`` over the leading axis of ``vectors`` for a constant ``matrix``: one
+    ``dot`` whose other dimension is the whole batch (a plain matrix product, fast), written so
+    that the graph stays small (short compiles)."""
+    return jnp.tensordot(jnp.asarray(matrix, dtype=vectors.dtype), vectors, axes=1)
+
+
+def _apply(matrix: Array, vectors: Array) -> Array:
+    """``matrix (r, c, B) @ vectors (c, m, B)`` per sample: ``(r, m, B)`` as a short sum over ``c``."""
+    out = matrix[:, 0, None, :] * vectors[0]
+    for b in range(1, matrix.shape[1]):
+        out = out + matrix[:, b, None, :] * vectors[b]
+    return out
+
+
+def _cross(a: Array, b: Array) -> Array:
+    """``a × b`` along the leading axis (length 3), broadcasting the others."""
+    return jnp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+def _varying(joint: Joint, q: Array, c: Array, s: Array) -> Array:
+    """The 6×6 transform ``X(q)`` of ``joint`` for a batch, ``(6, 6, B)``."""
+    if joint.revolute:
+        return joint.x0[..., None] + joint.xc[..., None] * c + joint.xs[..., None] * s
+    return joint.x0[..., None] + joint.xc[..., None] * q
+
+
+def _transform(x: Array, vectors: Array) -> Array:
+    """Motion transform ``X = [[E, 0], [L, E]]`` ``(6, 6, B)`` applied to motion vectors ``(6, m, B)``."""
+    e, lower = x[:3, :3], x[3:, :3]
+    angular = vectors[:3]
+    return jnp.concatenate([_apply(e, angular), _apply(lower, angular) + _apply(e, vectors[3:])])
+
+
+def rnea_regressor_batched(joints: list[Joint], q: Array, gravity: Array, qd: Array, qdd: Array) -> Array:
+    """``rnea_regressor`` for a batch of states, batch-minor: ``q, qd, qdd (n, B)``, ``gravity (3, B)``
+    → ``Y (n, 10 n, B)``.
+
+    Same quantities, other association: ``Y[j, link i] = S_jᵀ X_{j+1}ᵀ ⋯ X_iᵀ A_i = s_{j,i}ᵀ A_i``
+    with ``s_{j,i} = X_i ⋯ X_{j+1} S_j`` (joint ``j``'s motion axis in link ``i``'s frame), carried
+    forward with the velocity and acceleration (one transform of a ``(6, i + 1, B)`` stack per
+    joint) instead of carrying 6×10n force matrices backward; ``A_i`` (6×10, ``B_k a_i + v_i ×* B_k
+    v_i``) as in ``rnea_regressor``. Every product is an elementwise multiply of batch-long rows and
+    a sum over a short leading axis, but for the constant matrices (one ``dot`` each over the whole
+    batch). Equal to ``rnea_regressor`` to round-off.
+    """
+    n = len(joints)
+    batch = q.shape[-1:]
+    c, s = jnp.cos(q), jnp.sin(q)
+    basis = _INERTIA_BASIS.transpose(1, 0, 2).reshape(60, 6)  # row (a, k): B_k[a, :]
+    acc = jnp.concatenate([jnp.zeros((3,) + batch, q.dtype), -gravity])[:, None]  # (6, 1, B)
+    v = None
+    axes = None  # (6, i, B): s_{j, i−1} for j < i
+    blocks = []
+    for i, joint in enumerate(joints):
+        motion = joint.motion[:, None, None]
+        stack = [acc] if v is None else [acc, v, axes]
+        moved = _transform(_varying(joint, q[i], c[i], s[i]), jnp.concatenate(stack, axis=1))
+        acc = moved[:, :1] + motion * qdd[i]
+        v = motion * qd[i] if i == 0 else moved[:, 1:2] + motion * qd[i]
+        acc = acc + _apply_constant(joint.bias, v) * qd[i]
+        own = jnp.broadcast_to(motion, (6, 1) + batch)
+        axes = own if i == 0 else jnp.concatenate([moved[:, 2:], own], axis=1)
+        # A_i (6, 10, B): B_k a + v ×* (B_k v) = B_k a + (ω × n + u × f, ω × f) for B_k v = (n, f).
+        inertia_acc = _apply_constant(basis, acc[:, 0]).reshape(6, 10, *batch)
+        inertia_v = _apply_constant(basis, v[:, 0]).reshape(6, 10, *batch)
+        omega, u = v[:3], v[3:]
+        bias = jnp.concatenate([_cross(omega, inertia_v[:3]) + _cross(u, inertia_v[3:]), _cross(omega, inertia_v[3:])])
+        columns = inertia_acc + bias
+        # rows j ≤ i: s_{j,i}ᵀ A_i; rows j > i are zero.
+        rows = _apply(jnp.swapaxes(axes, 0, 1), columns)  # (i + 1, 10, B)
+        blocks.append(jnp.concatenate([rows, jnp.zeros((n - i - 1, 10) + batch, rows.dtype)]))
+    return jnp.concatenate(blocks, axis=1)
