@@ -17,9 +17,13 @@ in one program:
    ``idim_ls_consistent``'s covariance mapping).
 
 Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
-depend on the chunk it ran in. The other estimators (IDIM-IV, EKF, output error, bounded LS) run
-trial by trial as in ``run_estimators``, started from the batched IDIM-LS estimate on a
-``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s.
+depend on the chunk it ran in. The Kalman filters (``FILTERS``: EKF, UKF) run over the chunk's
+trials that are to run them as one ``kalman_filter_batch`` call each (one ``vmap`` of the filter,
+padded to ``min(plan.width, the estimator's trial limit)``, so again a trial's numbers do not depend
+on its chunk), with the estimator class's default options. The other estimators (IDIM-IV, output
+error, bounded LS) run trial by trial as in ``run_estimators``. All of them start from the batched
+IDIM-LS estimate on a ``FilteredLog`` built from the batched filtering. Statuses as
+``run_estimators``'s.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 from ..estimate import make_estimator
 from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
+from ..estimate.kalman.logs import kalman_filter_batch
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
@@ -42,10 +47,12 @@ from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from ..types import Status
 
-__all__ = ["BATCHED", "run_chunk", "batched_fits"]
+__all__ = ["BATCHED", "FILTERS", "run_chunk", "batched_fits"]
 
 #: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
 BATCHED = ("idim_ls", "rls", "idim_ls_consistent")
+#: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
+FILTERS = ("ekf", "ukf")
 #: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.estimate.logs.idim_rls``'s defaults).
 RLS_INITIAL_COVARIANCE = 1e8
 
@@ -216,10 +223,47 @@ def _log(plan, run: dict, fits: dict, k: int) -> FilteredLog:
     )
 
 
+def _filters(plan, run: dict, fits: dict, e: str, members: list[int]) -> dict:
+    """Kalman filter ``e`` on the chunk's trials ``members`` (indices into ``run``) as one
+    ``kalman_filter_batch`` call with the options ``make_estimator(e)`` passes to ``kalman_filter_fit``
+    (its ``_fit_logs``; the model's known torque): ``{k: (value, cov, status, seconds, cpu_seconds)}``,
+    the call's time shared evenly. Empty if the call raised (the trial-by-trial path then runs them)."""
+    from .trial import _failure
+
+    if not members:
+        return {}
+    s = plan.setting
+    model = plan.model
+    options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
+    width = min(plan.width, s["estimator_trials"].get(e, s.trials))
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        results = kalman_filter_batch(
+            [_log(plan, run, fits, k) for k in members],
+            model.regressor,
+            model.names,
+            starts=[_start(plan, fits, k) for k in members],
+            kind=e,
+            known=model.known,
+            width=max(width, len(members)),
+            **options,
+        )
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return {}
+    seconds = ((time.perf_counter() - t0) / len(members), (time.process_time() - c0) / len(members))
+    return {
+        k: (None, None, _failure(r), *seconds)
+        if isinstance(r, Exception)
+        else (r.value, r.covariance, r.status, *seconds)
+        for k, r in zip(members, results, strict=True)
+    }
+
+
 def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
-    indices): the ``BATCHED`` estimators in one program, the others trial by trial from the batched
-    IDIM-LS. Seconds per trial of a batched estimator are the chunk's time over its trials."""
+    indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
+    call each, the others trial by trial, all from the batched IDIM-LS. Seconds per trial of a
+    batched estimator or filter are its call's time over its trials."""
     from .trial import _failure, estimate_rows
 
     s = plan.setting
@@ -238,6 +282,12 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
         fits, error = None, _failure(err)
     per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
+    started = [k for k in range(count) if ok[k] and fits is not None and fits["ls_first_rank"][k] >= len(plan.names)]
+    filtered = {
+        e: _filters(plan, run, fits, e, [k for k in started if trials[k] < limits.get(e, s.trials)])
+        for e in s["estimators"]
+        if e in FILTERS
+    }
     rows = []
     for k, trial in enumerate(trials):
         names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
@@ -259,6 +309,8 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
                         code, "failed"
                     )
                     out[e] = (fits["consistent_theta"][k], fits["consistent_cov"][k], label, *per_trial)
+                elif k in filtered.get(e, {}):
+                    out[e] = filtered[e][k]
                 else:
                     t1, c1 = time.perf_counter(), time.process_time()
                     try:

@@ -117,6 +117,7 @@ def kalman_filter_batch(
     initial_relative_std: float = 0.3,
     known: Known | None = None,
     mass_floor: float = 0.9,
+    width: int | None = None,
 ) -> list[Identification | ValueError]:
     """``kalman_filter_fit`` on many trials at once: ``logs[i]`` (one log per trial) from ``starts[i]``.
 
@@ -125,7 +126,9 @@ def kalman_filter_batch(
     Each trial's host-side set-up (noise level, RK4 substeps, prior, mass floor) is its own; the
     trials that share a program (substeps and log shape) run as one ``vmap`` of the filter, padded to
     a power of two with copies of their last trial (so few sizes compile), so a trial's result does
-    not depend on the others in the call beyond round-off (``tests/test_ekf.py``).
+    not depend on the others in the call beyond round-off (``tests/test_ekf.py``). ``width``: pad
+    every group to this many trials instead (where it holds them): one program whatever the group's
+    size, and a trial's bits independent of the others in the call (the benchmark's chunks).
     """
     if len(logs) != len(starts):
         raise ValueError(f"kalman_filter_batch: {len(logs)} logs but {len(starts)} starts; give one start per log.")
@@ -142,8 +145,8 @@ def kalman_filter_batch(
     out: list = [None] * len(logs)
     m = 2 * logs[0].joints
     for (substeps, h, _, _), members in groups.items():
-        width = 1 << (len(members) - 1).bit_length()
-        padded = members + [members[-1]] * (width - len(members))
+        size = width if width is not None and width >= len(members) else 1 << (len(members) - 1).bit_length()
+        padded = members + [members[-1]] * (size - len(members))
 
         def stack(get, padded=padded):
             return jnp.asarray(np.stack([np.asarray(get(i)) for i in padded]))
@@ -156,7 +159,7 @@ def kalman_filter_batch(
             stack(lambda i: logs[i].q[logs[i].usable.start]),
             stack(lambda i: logs[i].qd[logs[i].usable.start]),
             stack(lambda i: preps[i]["r_std"]),
-            jnp.full(width, float(velocity_process_std)),
+            jnp.full(size, float(velocity_process_std)),
             stack(lambda i: preps[i]["mass_basis"]),
             stack(lambda i: preps[i]["mass_constant"]),
             stack(lambda i: preps[i]["floor"]),
