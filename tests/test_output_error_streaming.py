@@ -183,6 +183,10 @@ def test_ur5_equals_the_dense_path():
     ls = idim_ls(logs, regressor, base.names)
     est = output_error(logs, regressor, base.names, start=ls)
     theta, cov, status, _, cond = dense_output_error(logs, regressor, base.names, ls)
-    np.testing.assert_allclose(est.value, theta, rtol=1e-6, atol=1e-6 * np.abs(theta).max())
+    # Both stop on scipy's tolerances (ftol 1e-8 of the cost): two converged points that differ in the
+    # weakest directions (7.5e-6 relative on one of 58 parameters after a round-off change of the
+    # regressor), far inside the estimate's own uncertainty.
+    np.testing.assert_array_less(np.abs(est.value - theta), 1e-3 * np.sqrt(np.diag(cov)))
+    np.testing.assert_allclose(est.value, theta, rtol=2e-5, atol=2e-5 * np.abs(theta).max())
     np.testing.assert_allclose(est.std, np.sqrt(np.diag(cov)), rtol=0.02)
     assert est.status == status == "ok" and est.condition == pytest.approx(cond, rel=0.02)

@@ -22,7 +22,7 @@ import jaxid
 from jaxid.estimate.consistency import is_physically_consistent
 from jaxid.fit.writeback import export_arm_files, written_options
 from jaxid.fit.writeback_choice import choose_standard_parameters
-from jaxid.fit.writeback_xml import urdf_text
+from jaxid.fit.writeback_xml import INERTIA_FLOOR, _positive, urdf_text
 from jaxid.model.chain import UrdfWarning
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
@@ -142,3 +142,15 @@ def test_an_inconsistent_estimate_is_written_as_its_consistent_projection(ur5, s
     # Close to the estimate, not equal: the projection moves the friction of joint 2 to 0.
     error = _relative(arm, _model_torque(ur5, bad, states), states)
     assert 1e-6 < error < 0.1, error
+
+
+def test_a_zero_principal_inertia_is_written_just_positive():
+    """A rod's inertia (a zero principal moment, on the consistent set's boundary) is lifted to
+    ``INERTIA_FLOOR`` × its largest moment, which MuJoCo accepts; a positive inertia keeps its bits."""
+    rotation = np.linalg.qr(np.random.default_rng(3).normal(size=(3, 3)))[0]
+    rod = rotation @ np.diag([0.0, 0.27, 0.27]) @ rotation.T
+    lifted = _positive(rod)
+    values = np.linalg.eigvalsh(lifted)
+    assert values[0] >= 0.999 * INERTIA_FLOOR * 0.27 and np.abs(lifted - rod).max() < 1e-12
+    body = np.diag([0.1, 0.2, 0.25])
+    assert _positive(body) is body

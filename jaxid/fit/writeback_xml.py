@@ -28,7 +28,27 @@ def _inertial(link: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     c = np.asarray(link[1:4], dtype=float) / m if m > 0 else np.zeros(3)
     xx, xy, xz, yy, yz, zz = (float(v) for v in link[4:10])
     about_origin = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
-    return m, c, about_origin - m * (c @ c * np.eye(3) - np.outer(c, c))
+    return m, c, _positive(about_origin - m * (c @ c * np.eye(3) - np.outer(c, c)))
+
+
+#: A principal inertia about the centre of mass below this fraction of the largest is written at it.
+INERTIA_FLOOR = 1e-12
+
+
+def _positive(inertia: np.ndarray) -> np.ndarray:
+    """``inertia`` with its principal moments raised to ``INERTIA_FLOOR`` × the largest where below.
+
+    A link on the boundary of the physically consistent set (a chosen or consistent estimate with a
+    zero principal inertia, e.g. a thin rod: 7e-15 of the largest on the UR5's upper arm) is valid,
+    but MuJoCo refuses it ("inertia must have positive eigenvalues": its eigen solver's round-off
+    makes it negative) and simulators divide by it. The change is ≤ 1e-12 of the largest moment;
+    an inertia whose moments are all above the floor is returned as it is (same bits)."""
+    values, vectors = np.linalg.eigh(inertia)
+    floor = INERTIA_FLOOR * max(float(values[-1]), 0.0)
+    if floor <= 0.0 or values[0] >= floor:
+        return inertia
+    lifted = (vectors * np.maximum(values, floor)) @ vectors.T
+    return 0.5 * (lifted + lifted.T)
 
 
 def _f(x: float) -> str:
