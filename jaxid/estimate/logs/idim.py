@@ -314,18 +314,16 @@ def idim_ls(
     return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale)
 
 
-def _ls_result(
-    method, names, theta, w, y, sigma, a, scale, cov_scaled=None, iterations=0, notes="", status="ok", sandwich=None
-):
-    """The ``Identification`` of a least-squares-like fit; covariance ``σ̂² cov_scaled`` in the scaled
-    coordinates (default ``(AᵀA)⁻¹``), or ``sandwich`` as it is (a Newey-West covariance, scaled)."""
+def _ls_result(method, names, theta, w, y, sigma, a, scale, iterations=0, notes="", status="ok", sandwich=None):
+    """The ``Identification`` of a least-squares-like fit; covariance ``σ̂² (AᵀA)⁻¹`` in the scaled
+    coordinates, or ``sandwich`` as it is (a Newey-West covariance, scaled)."""
     resid = y - np.einsum("njp,p->nj", w, theta)
     n, p = a.shape
-    weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
     if sandwich is not None:
         cov = np.asarray(sandwich) / np.outer(scale, scale)
     else:
-        cov = weighted_var * (np.linalg.inv(a.T @ a) if cov_scaled is None else cov_scaled) / np.outer(scale, scale)
+        weighted_var = np.sum((resid / sigma) ** 2) / max(n - p, 1)
+        cov = weighted_var * np.linalg.inv(a.T @ a) / np.outer(scale, scale)
     rank, cond = _rank_condition(a)
     return Identification(
         method,

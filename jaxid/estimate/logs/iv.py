@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..consistency.covariance import _bartlett_meat
 from .data import FilteredLog, Known, Regressor, accelerations
 from .idim import Identification, _known_torque, _ls_result, correlation_lags, default_decimation, segment_starts
+from .ls_kernel import newey_west
 from .stepping import simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = ["idim_iv", "simulated_signals"]
@@ -167,9 +167,7 @@ def idim_iv(
     zw_inv = np.linalg.inv(zw)
     residual = (y / sigma).reshape(-1) - (a_w / scale) @ x
     lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
-    meat = np.asarray(_bartlett_meat(jnp.asarray(a_z / scale), jnp.asarray(residual), w.shape[1], lags))
-    rows = residual.size
-    sandwich = rows / max(rows - len(names), 1) * zw_inv @ meat @ zw_inv.T
+    sandwich = np.asarray(newey_west(zw_inv, a_z / scale, residual, w.shape[1], lags))
     return _ls_result(
         "idim_iv",
         names,
@@ -179,7 +177,7 @@ def idim_iv(
         sigma,
         a_w / scale,
         scale,
-        sandwich=0.5 * (sandwich + sandwich.T),
+        sandwich=sandwich,
         iterations=iterations,
         notes=notes,
     )

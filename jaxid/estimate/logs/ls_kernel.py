@@ -11,7 +11,17 @@ import jax.numpy as jnp
 
 from ..consistency.covariance import _bartlett_meat
 
-__all__ = ["LSFit", "ls_kernel"]
+__all__ = ["LSFit", "ls_kernel", "newey_west"]
+
+
+def newey_west(bread, scores_rows, residual, block: int, lags: int):
+    """``N/(N − p) · B M Bᵀ``, symmetrised: the Newey-West covariance of a least-squares (``B =
+    (AᵀA)⁻¹``, scores ``A``) or IV (``B = (ZᵀW)⁻¹``, scores ``Z``) estimate, ``M`` the Bartlett
+    estimate over ``lags`` row times of ``block`` rows (``consistency.covariance._bartlett_meat``)."""
+    rows, p = scores_rows.shape
+    meat = _bartlett_meat(jnp.asarray(scores_rows), jnp.asarray(residual), block, lags)
+    sandwich = rows / max(rows - p, 1) * bread @ meat @ bread.T
+    return 0.5 * (sandwich + sandwich.T)
 
 
 class LSFit(eqx.Module):
@@ -84,9 +94,7 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
         variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
         covariance = variance * inverse / jnp.outer(scale, scale)
     else:
-        meat = _bartlett_meat(a, (resid / sigma).reshape(-1), joints, lags)
-        sandwich = a.shape[0] / max(a.shape[0] - p, 1) * inverse @ meat @ inverse
-        covariance = 0.5 * (sandwich + sandwich.T) / jnp.outer(scale, scale)
+        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags) / jnp.outer(scale, scale)
     rank, condition = _jnp_rank_condition(a)
     return LSFit(
         theta,
