@@ -226,6 +226,20 @@ def test_inertias_beyond_the_allowance_are_read_with_a_warning(table, words):
     assert j < -0.25 * float(arm.masses[1] * arm.com[1] ** 2) and j + float(arm.masses[1] * arm.com[1] ** 2) >= 0
 
 
+def test_saving_a_set_beyond_the_allowance_warns_and_writes(tmp_path):
+    """A fitted set read with a warning is saved with the same warning, and the file is written (the
+    warning does not say "not written"); it loads back to the same arm."""
+    with pytest.warns(DescriptionWarning):
+        arm = arm_from_description({**DP, "J2": -0.03})
+    path = tmp_path / "fitted.toml"
+    with pytest.warns(DescriptionWarning) as record:
+        save_parameters(path, arm)
+    message = str(record[0].message)
+    assert str(path) in message and "not written" not in message, message
+    with pytest.warns(DescriptionWarning):
+        assert_same_arm(load_parameters(path), arm)
+
+
 def test_terms_say_which_optional_terms_exist():
     assert arm_from_description(DP).active_terms == ("coulomb", "rotor")  # the non-zero ones
     # a term listed is active even at zero (estimated in a fit)

@@ -273,7 +273,10 @@ def save_parameters(path: str | Path, arm: TwoLinkArm, *, notes: str | None = No
     if suffix not in (".yml", ".yaml", ".toml"):
         raise ValueError(f"{path}: unknown parameter file format {path.suffix!r}; use .yml/.yaml or .toml.")
     values = describe_arm(arm)
-    resolve_description({k: v for k, v in values.items()}, where=f"{path} (not written): arm")
+    try:  # a warning (e.g. a J beyond the allowance) still writes the file; an error does not
+        resolve_description(dict(values), where=f"{path}: arm")
+    except ValueError as err:
+        raise ValueError(f"{err} ({path} not written)") from None
     note_lines = notes.splitlines() if notes else []
     j = (values["J1"], values["J2"])
     m, r = (values["m1"], values["m2"]), (values["r1"], values["r2"])
