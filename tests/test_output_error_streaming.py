@@ -12,6 +12,8 @@ and the covariance ``σ̂² (JᵀJ)⁻¹`` from an SVD of the column-scaled Jaco
 - Small UR5 log (58 base parameters, 3 segments; slow): estimate to 1e-6 relative; covariance to 2 % of
   each standard deviation (normal equations square the condition number, about 4e5 here: the dense
   SVD route is the more accurate one).
+- The covariance options: the segment sandwich (default, segments as clusters; and over 2 lags) and
+  ``σ̂² (JᵀJ)⁻¹`` (``lags=-1``), each against the same formula on the dense Jacobian.
 - The chunk size does not change the result (1e-10), logs of other lengths reuse the compiled chunk
   program, the identity parametrisation is plain output error.
 
@@ -45,18 +47,22 @@ PROGRAM = importlib.import_module("jaxid.estimate.logs.output_error")._shooting_
 
 def dense_output_error(logs, regressor, names, start, *, segment_s=0.5, stride=5, weight=100.0, max_nfev=50):
     """The residual vector of ``output_error`` (angles, then continuity gaps), its dense Jacobian and
-    scipy's trust-region solver: ``(θ, covariance, status, Jacobian evaluations, condition)``."""
+    scipy's trust-region solver: ``(θ, white covariance, status, Jacobian evaluations, condition,
+    sandwich)``, ``sandwich(lags)`` the segment sandwich from the dense Jacobian: ``H = JᵀJ`` over all
+    unknowns, each segment's angle rows a cluster with score ``J_sᵀ r_s`` (every column),
+    Bartlett-weighted over ``lags`` neighbouring segments of one log, ``[H⁻¹ M H⁻¹]_θθ · rows / dof``."""
     h, n = logs[0].sample_step, logs[0].joints
     length = max(stride, int(round(segment_s / h)))
     sigma = angle_noise_std(logs)
-    x0, torques, meas, links = [], [], [], []
-    for d in logs:
+    x0, torques, meas, links, owner = [], [], [], [], []
+    for i, d in enumerate(logs):
         starts = segment_starts(d, length)
         first = sum(len(x) for x in x0)
         x0.append(np.concatenate([np.asarray(d.q)[starts], np.asarray(d.qd)[starts]], 1))
         torques.append(np.asarray(stage_torques(d.tau))[starts[:, None] + np.arange(length)])
         meas.append(np.asarray(d.q_raw)[starts[:, None] + np.arange(0, length, stride)])
-        links += [(first + i, first + i + 1) for i in range(len(starts) - 1)]
+        links += [(first + k, first + k + 1) for k in range(len(starts) - 1)]
+        owner += [i] * len(starts)
     x0, torques, meas = (np.concatenate(a) for a in (x0, torques, meas))
     a, b = np.asarray(links).T
     scale = jnp.asarray(np.concatenate([1 / sigma, length * h / sigma]) * weight)
@@ -90,7 +96,22 @@ def dense_output_error(logs, regressor, names, start, *, segment_s=0.5, stride=5
     d = np.sqrt(np.diag(reduced))
     ev = np.linalg.eigvalsh(reduced / np.outer(d, d))
     status = "max_iterations" if sol.status == 0 else "ok"
-    return sol.x[:p], cov, status, int(sol.njev), float(np.sqrt(ev.max() / ev.min()))
+    segments, owner = len(x0), np.asarray(owner)
+    scores = np.einsum(
+        "skc,sk->sc", j[: meas.size].reshape(segments, -1, j.shape[1]), r[: meas.size].reshape(segments, -1)
+    )
+
+    def sandwich(lags):
+        meat = scores.T @ scores
+        for lag in range(1, lags + 1):
+            for s in range(segments - lag):
+                if owner[s] == owner[s + lag]:
+                    cross = np.outer(scores[s + lag], scores[s])
+                    meat += (1 - lag / (lags + 1)) * (cross + cross.T)
+        inverse = np.linalg.inv(info)
+        return (r.size / (r.size - j.shape[1]) * inverse @ meat @ inverse)[:p, :p]
+
+    return sol.x[:p], cov, status, int(sol.njev), float(np.sqrt(ev.max() / ev.min())), sandwich
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +138,25 @@ def test_two_link_equals_the_dense_path(two_link, iterations):
     on the dense Jacobian."""
     regressor, names, logs, ls, converged = two_link
     est = converged if iterations == 50 else output_error(logs, regressor, names, start=ls, max_iterations=iterations)
-    theta, cov, status, njev, cond = dense_output_error(logs, regressor, names, ls, max_nfev=iterations)
-    _close(est, theta, cov, rtol_theta=1e-9, rtol_cov=1e-7)
+    theta, _, status, njev, cond, sandwich = dense_output_error(logs, regressor, names, ls, max_nfev=iterations)
+    _close(est, theta, sandwich(0), rtol_theta=1e-9, rtol_cov=1e-7)
     assert (est.status, est.iterations) == (status, njev)
     assert est.status == ("max_iterations" if iterations == 3 else "ok")
     assert est.condition == pytest.approx(cond, rel=1e-6) and est.rank == len(names)
+
+
+@pytest.mark.parametrize("lags", [-1, 2])
+def test_covariance_options_equal_the_dense_path(two_link, lags):
+    """``lags=-1``: ``σ̂² (JᵀJ)⁻¹`` (white residuals); ``lags=2``: the segment sandwich over two
+    neighbouring segments, both from the dense Jacobian. Neither changes the estimate."""
+    regressor, names, logs, ls, converged = two_link
+    est = output_error(logs, regressor, names, start=ls, lags=lags)
+    theta, white, *_, sandwich = dense_output_error(logs, regressor, names, ls)
+    _close(est, theta, white if lags < 0 else sandwich(lags), rtol_theta=1e-9, rtol_cov=1e-7)
+    np.testing.assert_array_equal(est.value, converged.value)
+    # the options differ (else the comparison could not tell them apart)
+    assert not np.allclose(est.covariance, converged.covariance, rtol=1e-3)
+    assert not np.allclose(sandwich(2), white, rtol=1e-3)
 
 
 def test_chunk_size_does_not_change_the_result(two_link):
@@ -158,6 +193,8 @@ def test_bad_chunk_size_is_refused(two_link):
     regressor, names, logs, ls, _ = two_link
     with pytest.raises(ValueError, match="chunk_segments must be a positive integer, got 0"):
         output_error(logs, regressor, names, start=ls, chunk_segments=0)
+    with pytest.raises(ValueError, match="lags must be -1 .* got -2"):
+        output_error(logs, regressor, names, start=ls, lags=-2)
 
 
 @pytest.mark.slow
@@ -181,8 +218,8 @@ def test_ur5_equals_the_dense_path():
     log = MeasuredLog(jnp.asarray(t), jnp.asarray(q_meas), jnp.asarray(tau_meas), None, "ur5", 0.002, (), t.size)
     logs = [filter_log(log, 10.0, trim_s=0.1)]
     ls = idim_ls(logs, regressor, base.names)
-    est = output_error(logs, regressor, base.names, start=ls)
-    theta, cov, status, _, cond = dense_output_error(logs, regressor, base.names, ls)
+    est = output_error(logs, regressor, base.names, start=ls, lags=-1)
+    theta, cov, status, _, cond, _ = dense_output_error(logs, regressor, base.names, ls)
     # Both stop on scipy's tolerances (ftol 1e-8 of the cost): two converged points that differ in the
     # weakest directions (7.5e-6 relative on one of 58 parameters after a round-off change of the
     # regressor), far inside the estimate's own uncertainty.

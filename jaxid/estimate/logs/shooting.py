@@ -40,6 +40,7 @@ __all__ = [
     "normal_equations",
     "shooting_cost",
     "schur_complement",
+    "segment_sandwich",
     "trust_region",
 ]
 
@@ -60,6 +61,9 @@ class Blocks(NamedTuple):
     rtx: np.ndarray
     rxx: np.ndarray
     rxg: np.ndarray
+    #: ``(S, p)`` the per-segment ``R_θᵀr`` before ``rtg`` sums them (the sandwich's scores); ``None``
+    #: inside a compiled chunk.
+    scores: np.ndarray | None = None
 
 
 class NormalEquations(NamedTuple):
@@ -197,6 +201,35 @@ def schur_complement(ne: NormalEquations) -> np.ndarray:
     """The ``φ`` block of ``JᵀJ`` after eliminating the initial states: ``A − B C⁻¹ Bᵀ`` (``P × P``);
     its inverse is the ``φ`` block of ``(JᵀJ)⁻¹``."""
     return Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x)).schur
+
+
+def segment_sandwich(ne: NormalEquations, blocks: Blocks, logs: np.ndarray, lags: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(sandwich, inverse)`` ``(p, p)``: the ``θ`` covariance ``H⁻¹ M H⁻¹`` (``θ`` block) of the shooting fit
+    with scores clustered by segment, and ``H⁻¹``'s ``θ`` block (the plain ``(JᵀJ)⁻¹``).
+
+    ``ne`` in ``θ`` (no parametrisation), ``blocks`` the pass at the solution (``scores``: per segment).
+    Segment ``s``'s angle residuals give the score ``u_s = (R_θᵀr_s, R_xᵀr_s)`` in ``(θ, x_s)``; the ``θ``
+    rows of ``H⁻¹ = (JᵀJ)⁻¹`` map it to ``S⁻¹ w_s``, ``w_s = u_θ,s − (C⁻¹Bᵀ)_sᵀ u_x,s``
+    (``S`` the Schur complement), and ``M = Σ_{|l| ≤ L} (1 − |l|/(L+1)) Σ_s w_s w_{s+l}ᵀ`` over
+    neighbouring segments of the same log (``logs (S,)``: each segment's log index; ``L = lags``): the
+    Newey–West estimate of the scores' covariance when the errors of a simulation (driven by a noisy
+    torque, continued from segment to segment) stay correlated over several segments. The continuity
+    rows are constraints, not data: they shape ``H``, not ``M``. Rank-deficient ``S``: its
+    pseudo-inverse on the Jacobi-scaled matrix (eigenvalues below 1e-14 of the largest dropped)."""
+    factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
+    s, p, m = ne.b.shape
+    w = blocks.scores - np.einsum("smp,sm->sp", factor._c_inv_bt.reshape(s, m, p), blocks.rxg)
+    meat = w.T @ w
+    for lag in range(1, lags + 1):
+        same = logs[lag:] == logs[:-lag]
+        cross = (w[lag:] * same[:, None]).T @ w[:-lag]
+        meat += (1.0 - lag / (lags + 1.0)) * (cross + cross.T)
+    d = factor._d
+    ev, vec = np.linalg.eigh(factor.schur / np.outer(d, d))
+    keep = ev > ev.max() * 1e-14
+    inverse = ((vec[:, keep] / ev[keep]) @ vec[:, keep].T) / np.outer(d, d)
+    sandwich = inverse @ meat @ inverse
+    return 0.5 * (sandwich + sandwich.T), inverse
 
 
 def _trust_region_step(ne: NormalEquations, scale_par, scale_x, radius, alpha, rtol=0.01, max_iter=10):
