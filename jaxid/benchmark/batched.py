@@ -88,14 +88,41 @@ def _program(plan, consistent: bool, rls: bool, ndev: int):
     return cache[key]
 
 
+def _nonzero(arm, states: int = 64) -> np.ndarray:
+    """``(n, 14 n)`` mask of the standard regressor's entries that are not identically zero: nonzero at
+    one of ``states`` random states (the others are exact zeros of the recursion: rows ``j > i`` of
+    link ``i``, the joint columns off the diagonal, the products with the geometry's zero entries)."""
+    rng = np.random.default_rng(0)
+    n = arm.dof
+    q, qd, qdd = rng.uniform(-np.pi, np.pi, (states, n)), rng.normal(size=(states, n)), rng.normal(size=(states, n))
+    return np.any(np.asarray(arm.standard_regressor(q, qd, qdd)) != 0, axis=0)
+
+
 def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
-    standard regressor per sample serves both, low-passed once."""
+    standard regressor per sample serves both, low-passed once. Only its entries that the fits use
+    and that are not identically zero (``_nonzero``; 163 of the UR5's 504 for IDIM-LS) go through the
+    low-pass ``F``, as one ``(rows, N) @ (N, entries)`` product; the others are exact zeros."""
+    n, s = arm.dof, 14 * arm.dof
+    needed = np.zeros((n, s), dtype=bool)
+    needed[:, columns] = True
+    if consistent:
+        needed |= (np.asarray(keep) != 0)[None, :]
+    entries = np.flatnonzero(needed & _nonzero(arm))  # into the flat (n · s) regressor
+    where = np.full(n * s, len(entries))  # each flat entry's column of [F Y_entries, 0]
+    where[entries] = np.arange(len(entries))
+
+    def lowpassed(band, qf, qd, qdd):
+        """``F Y`` ``(rows, n, 14 n)``: the low-passed standard regressor at the rows."""
+        y = arm.standard_regressor(qf, qd, qdd).reshape(qf.shape[0], n * s)[:, entries]
+        filtered = band @ y
+        padded = jnp.concatenate([filtered, jnp.zeros((band.shape[0], 1), filtered.dtype)], axis=1)
+        return padded[:, where].reshape(band.shape[0], n, s)
 
     def one(args):
         band, qf, qd, qdd, y, prior = args
-        full = jnp.einsum("rk,knp->rnp", band, arm.standard_regressor(qf, qd, qdd))
+        full = lowpassed(band, qf, qd, qdd)
         w = full[..., columns]
         fit = ls_kernel(w, y, True, keep_first=False, lags=lags)
         p = w.shape[-1]

@@ -223,9 +223,16 @@ def rnea_regressor(joints: list[Joint], xs: list[Array], gravity: Array, qd: Arr
 
 
 def _apply_constant(matrix: np.ndarray, vectors: Array) -> Array:
-    """``matrix @ vectors`` over the leading axis of ``vectors`` for a constant ``matrix``: one
-    ``dot`` whose other dimension is the whole batch (a plain matrix product, fast), written so
-    that the graph stays small (short compiles)."""
+    """``matrix @ vectors`` over the leading axis of ``vectors`` for a constant ``matrix``. A matrix
+    with at most one nonzero per row, each ``±1`` (the inertia basis, the bias of an axis-aligned
+    joint), is a signed gather of rows: the same numbers as the product (the other terms are exact
+    zeros), without its multiplications by zero. Otherwise one ``dot`` whose other dimension is the
+    whole batch (a plain matrix product, fast), written so that the graph stays small."""
+    matrix = np.asarray(matrix)
+    if np.all(np.count_nonzero(matrix, axis=1) <= 1) and np.all(np.isin(matrix, (-1.0, 0.0, 1.0))):
+        index = np.argmax(matrix != 0, axis=1)
+        sign = matrix[np.arange(matrix.shape[0]), index]
+        return jnp.asarray(sign, dtype=vectors.dtype).reshape((-1,) + (1,) * (vectors.ndim - 1)) * vectors[index]
     return jnp.tensordot(jnp.asarray(matrix, dtype=vectors.dtype), vectors, axes=1)
 
 

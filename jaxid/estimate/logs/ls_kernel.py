@@ -50,9 +50,11 @@ def _jnp_unit_columns(a):
     return jnp.where(scale > 0, scale, 1.0)
 
 
-def _jnp_rank_condition(a):
-    """``_rank_condition`` in JAX: NumPy's ``matrix_rank`` tolerance, scale-free condition number."""
-    s = jnp.linalg.svd(a, compute_uv=False)
+def _jnp_rank_condition(a, s=None):
+    """``_rank_condition`` in JAX: NumPy's ``matrix_rank`` tolerance, scale-free condition number.
+    ``s``: ``a``'s singular values if known (``jnp.linalg.lstsq`` returns them, as LAPACK's ``gelsd``
+    does NumPy's: no second SVD)."""
+    s = jnp.linalg.svd(a, compute_uv=False) if s is None else s
     tol = max(a.shape) * jnp.finfo(a.dtype).eps * s[0]
     cond = jnp.where(s[-1] > 0, s[0] / s[-1], jnp.inf)
     return jnp.sum(s > tol), cond
@@ -77,17 +79,19 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
     rows, joints, p = w.shape
     scale0 = _jnp_unit_columns(w.reshape(-1, p))
     a0 = (w / scale0).reshape(-1, p)
-    first_rank, _ = _jnp_rank_condition(a0)
     if weighted:
-        x0 = jnp.linalg.lstsq(a0, y.reshape(-1))[0]
+        x0, _, _, s0 = jnp.linalg.lstsq(a0, y.reshape(-1))
+        first_rank, _ = _jnp_rank_condition(a0, s0)
         resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
         sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
     else:
+        first_rank, _ = _jnp_rank_condition(a0)
         sigma = jnp.ones(joints, w.dtype)
     ws = (w / sigma[None, :, None]).reshape(-1, p)
     scale = _jnp_unit_columns(ws)
     a = ws / scale
-    theta = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))[0] / scale
+    x, _, _, s = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))
+    theta = x / scale
     resid = y - jnp.einsum("njp,p->nj", w, theta)
     inverse = jnp.linalg.inv(a.T @ a)
     if lags == 0:
@@ -95,7 +99,7 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
         covariance = variance * inverse / jnp.outer(scale, scale)
     else:
         covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags) / jnp.outer(scale, scale)
-    rank, condition = _jnp_rank_condition(a)
+    rank, condition = _jnp_rank_condition(a, s)
     return LSFit(
         theta,
         covariance,
