@@ -53,6 +53,7 @@ __all__ = [
     "linear_crlb",
     "regressor_information",
     "inverse_information",
+    "unit_diagonal_inverse",
     "base_parameter_crlb",
 ]
 
@@ -116,10 +117,20 @@ def spectral_fisher_information(
 def cramer_rao_bound(fisher: Float[Array, "p p"]) -> Float[Array, "p p"]:
     """``F⁻¹``: the lower bound on the covariance of unbiased estimators (``inf``-free only if
     ``F`` is non-singular; ``jaxid.linalg.is_singular_information(F)`` checks identifiability).
-    The scaled inverse is ``jaxid.linalg.inverse`` (no LAPACK call)."""
-    scale = jnp.sqrt(jnp.diag(fisher))
-    scale = jnp.where(scale > 0, scale, 1.0)
-    return linalg.inverse(fisher / scale[:, None] / scale[None, :]) / scale[:, None] / scale[None, :]
+    The scaled inverse (``unit_diagonal_inverse``) by ``jaxid.linalg.inverse`` (unrolled, no LAPACK
+    call: ``vmap``-able on any device; the paper's few parameters)."""
+    return unit_diagonal_inverse(fisher, linalg.inverse)
+
+
+def unit_diagonal_inverse(information: Float[ArrayLike, "r r"], invert=jnp.linalg.inv) -> Float[Array, "r r"]:
+    """``F⁻¹``, inverted after scaling ``F`` to unit diagonal (columns of very different magnitudes, a
+    friction beside a wrist inertia, keep their digits; a zero diagonal entry is left unscaled): the one
+    scaled-inverse kernel of the bounds. ``invert``: ``jnp.linalg.inv`` (default, any size) or
+    ``jaxid.linalg.inverse`` (small, unrolled). Pure."""
+    f = jnp.asarray(information, dtype=float)
+    d = jnp.sqrt(jnp.diag(f))
+    scale = jnp.outer(jnp.where(d > 0, d, 1.0), jnp.where(d > 0, d, 1.0))
+    return invert(f / scale) / scale
 
 
 def linear_phasors(
@@ -235,11 +246,9 @@ def regressor_information(
 
 
 def inverse_information(information: Float[ArrayLike, "r r"]) -> Float[Array, "r r"]:
-    """``F⁻¹``, inverted after scaling ``F`` to unit diagonal (columns of very different magnitudes,
-    a friction beside a wrist inertia, keep their digits). Pure."""
-    f = jnp.asarray(information, dtype=float)
-    scale = jnp.sqrt(jnp.diag(f))
-    return jnp.linalg.inv(f / jnp.outer(scale, scale)) / jnp.outer(scale, scale)
+    """``F⁻¹`` of a base-parameter information matrix (any size): ``unit_diagonal_inverse`` by
+    ``jnp.linalg.inv``. Pure."""
+    return unit_diagonal_inverse(information)
 
 
 def base_parameter_crlb(
