@@ -43,7 +43,9 @@ from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
 from ..measure.logs import MeasuredLog
 from ..model import SerialArm, base_parameters
-from ..simulation.closed_loop import ComputedTorque, MeasurementNoise, PDController, simulate_closed_loop_batch
+from ..simulation.closed_loop_batch import simulate_closed_loop_batch
+from ..simulation.closed_loop_record import MeasurementNoise
+from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
 

@@ -41,7 +41,8 @@ limit is infinite, the same program); the period, the number of harmonics, the s
 substeps, duration and control mode are static (a new value recompiles).
 
 The controllers, ``MeasurementNoise`` and ``simulate_closed_loop_batch`` are re-exported here for
-the modules that import them from ``jaxid.simulation.closed_loop``.
+user code that imports them from this module's old path (``jaxid.closed_loop``); jaxid's own modules
+import each from its home.
 """
 
 from __future__ import annotations
