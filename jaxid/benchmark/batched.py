@@ -45,6 +45,8 @@ from ..estimate.logs.idim import Identification, correlation_lags, default_decim
 from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
+from ..model.serial_dynamics import _TWO_OVER_PI, _joints
+from ..model.spatial import regressor_entry_parts
 from ..types import Status
 
 __all__ = ["BATCHED", "FILTERS", "run_chunk", "batched_fits"]
@@ -98,6 +100,35 @@ def _nonzero(arm, states: int = 64) -> np.ndarray:
     return np.any(np.asarray(arm.standard_regressor(q, qd, qdd)) != 0, axis=0)
 
 
+def _entries_regressor(arm, mask: np.ndarray):
+    """``(flat, regressor)``: ``regressor(qf, qd, qdd)`` (each ``(N, n)``) gives the entries ``mask``
+    (``(n, 14 n)``) of ``arm.standard_regressor`` (``serial_dynamics._regressor``) as a list of
+    batch-minor ``(count, N)`` parts, ``flat`` their flat indices in that order: the links' by
+    ``spatial.regressor_entry_parts`` (``rnea_regressor_batched``'s operations for them), the joint
+    columns' (diagonal: armature q'', viscous q', Coulomb (2/π) atan(slope q'), offset 1) as there.
+    Without the transpose of the whole regressor and the entries no fit uses."""
+    n = arm.dof
+    rigid, joint = mask[:, : 10 * n], mask[:, 10 * n :].reshape(n, 4, n)
+    if np.any(joint & ~np.eye(n, dtype=bool)[:, None, :]):
+        raise ValueError("the joint columns of the standard regressor are diagonal")
+    which = [np.flatnonzero(joint[:, b].any(axis=1)) for b in range(4)]
+    joints = _joints(arm)
+    dummy = jnp.zeros((n, 1))
+    _, rigid_flat = regressor_entry_parts(joints, dummy, jnp.zeros((3, 1)), dummy, dummy, rigid)
+    flat = [f // (10 * n) * 14 * n + f % (10 * n) for f in rigid_flat]
+    flat += [w * (14 * n + 1) + 10 * n + b * n for b, w in enumerate(which) if w.size]
+
+    def regressor(qf, qd, qdd):
+        q, qd, qdd = qf.T, qd.T, qdd.T
+        gravity = jnp.broadcast_to(jnp.asarray(arm.gravity, q.dtype)[:, None], (3, q.shape[1]))
+        sign = _TWO_OVER_PI * jnp.arctan(arm.coulomb_slope * qd)
+        values = (qdd, qd, sign, jnp.ones_like(qd))
+        parts, _ = regressor_entry_parts(joints, q, gravity, qd, qdd, rigid)
+        return parts + [values[b][w] for b, w in enumerate(which) if w.size]
+
+    return np.concatenate(flat), regressor
+
+
 def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
@@ -109,16 +140,15 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
     needed[:, columns] = True
     if consistent:
         needed |= (np.asarray(keep) != 0)[None, :]
-    entries = np.flatnonzero(needed & _nonzero(arm))  # into the flat (n · s) regressor
-    where = np.full(n * s, len(entries))  # each flat entry's column of [F Y_entries, 0]
-    where[entries] = np.arange(len(entries))
+    flat, regressor = _entries_regressor(arm, needed & _nonzero(arm))  # flat: into the (n · s) regressor
+    where = np.full(n * s, len(flat))  # each flat entry's row of [F Y_entries, 0]
+    where[flat] = np.arange(len(flat))
 
-    def lowpassed(band, qf, qd, qdd):
-        """``F Y`` ``(rows, n, 14 n)``: the low-passed standard regressor at the rows."""
-        y = arm.standard_regressor(qf, qd, qdd).reshape(qf.shape[0], n * s)[:, entries]
-        filtered = band @ y
-        padded = jnp.concatenate([filtered, jnp.zeros((band.shape[0], 1), filtered.dtype)], axis=1)
-        return padded[:, where].reshape(band.shape[0], n, s)
+    def lowpassed(band_t, qf, qd, qdd):
+        """``F Y`` ``(rows, n, 14 n)``: the low-passed standard regressor at the rows (``band_t = Fᵀ``)."""
+        filtered = [part @ band_t for part in regressor(qf, qd, qdd)]  # (entries, rows) in parts
+        padded = jnp.concatenate([*filtered, jnp.zeros((1, band_t.shape[1]), band_t.dtype)])
+        return padded[where].T.reshape(band_t.shape[1], n, s)
 
     def one(args):
         band, qf, qd, qdd, y, prior = args
@@ -211,7 +241,7 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     program = _program(plan, consistent, "rls" in estimators, ndev)
     cmap = model.consistent
     prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
-    out = program(jnp.asarray(band), *(jnp.asarray(pad(x)) for x in (qf, qd, qdd, y)), prior)
+    out = program(jnp.asarray(np.ascontiguousarray(band.T)), *(jnp.asarray(pad(x)) for x in (qf, qd, qdd, y)), prior)
     out = {k: np.asarray(v)[:count] for k, v in out.items()}
     out.update(qf=qf, qd=qd, qdd=qdd, tau=tau_f, rows=rows, trim=trim, samples=len(rows))
     return out

@@ -30,7 +30,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-__all__ = ["Joint", "joint_constants", "rnea", "crba", "rnea_regressor", "rnea_regressor_batched"]
+__all__ = [
+    "Joint",
+    "joint_constants",
+    "rnea",
+    "crba",
+    "rnea_regressor",
+    "rnea_regressor_batched",
+    "rnea_regressor_entries",
+]
 
 # -- spatial algebra: numpy constants, built at trace time from the static geometry -------------
 
@@ -277,12 +285,58 @@ def rnea_regressor_batched(joints: list[Joint], q: Array, gravity: Array, qd: Ar
     """
     n = len(joints)
     batch = q.shape[-1:]
+    blocks = []
+    for i, axes, columns in _links(joints, q, gravity, qd, qdd, [np.arange(10)] * n):
+        # rows j ≤ i: s_{j,i}ᵀ A_i; rows j > i are zero.
+        rows = _apply(jnp.swapaxes(axes, 0, 1), columns)  # (i + 1, 10, B)
+        blocks.append(jnp.concatenate([rows, jnp.zeros((n - i - 1, 10) + batch, rows.dtype)]))
+    return jnp.concatenate(blocks, axis=1)
+
+
+def rnea_regressor_entries(
+    joints: list[Joint], q: Array, gravity: Array, qd: Array, qdd: Array, entries: np.ndarray
+) -> Array:
+    """The entries ``entries`` (a boolean ``(n, 10 n)`` mask, rows ``j ≤`` link ``i`` only) of
+    ``rnea_regressor_batched``'s ``Y``, ``(count, B)`` in the order of ``np.flatnonzero(entries)``: the
+    same operations for those entries (the same numbers), the others (and the columns ``A_i`` no
+    wanted entry uses) not computed."""
+    parts, flat = regressor_entry_parts(joints, q, gravity, qd, qdd, entries)
+    if not parts:
+        return jnp.zeros((0,) + q.shape[-1:], q.dtype)
+    return jnp.concatenate(parts)[np.argsort(np.concatenate(flat))]
+
+
+def regressor_entry_parts(joints: list[Joint], q: Array, gravity: Array, qd: Array, qdd: Array, entries: np.ndarray):
+    """``rnea_regressor_entries`` per link, unsorted: ``(parts, flat)``, ``parts[i] (count_i, B)`` the
+    entries ``flat[i]`` (flat indices into ``(n, 10 n)``) of one link's columns."""
+    n = len(joints)
+    entries = np.asarray(entries, dtype=bool).reshape(n, n, 10)  # (row j, link i, column k)
+    if np.any(entries & ~np.triu(np.ones((n, n), dtype=bool))[..., None]):
+        raise ValueError("entries of row j > link i are zeros of the regressor: not computed; ask for j ≤ i only")
+    wanted = [np.flatnonzero(entries[:, i].any(axis=0)) for i in range(n)]
+    parts, flat = [], []
+    for i, axes, columns in _links(joints, q, gravity, qd, qdd, wanted):
+        rows, ks = np.nonzero(entries[: i + 1, i])
+        if rows.size == 0:
+            continue
+        position = np.searchsorted(wanted[i], ks)
+        out = axes[0, rows] * columns[0, position]
+        for b in range(1, 6):  # the order of ``_apply``'s sum
+            out = out + axes[b, rows] * columns[b, position]
+        parts.append(out)
+        flat.append(rows * 10 * n + 10 * i + ks)
+    return parts, flat
+
+
+def _links(joints: list[Joint], q: Array, gravity: Array, qd: Array, qdd: Array, wanted: list[np.ndarray]):
+    """Per link ``i``: ``(i, axes, columns)``, ``axes (6, i + 1, B)`` the ``s_{j,i}`` and ``columns (6,
+    len(wanted[i]), B)`` the columns ``wanted[i]`` of ``A_i`` (``rnea_regressor_batched``'s recursion)."""
+    batch = q.shape[-1:]
     c, s = jnp.cos(q), jnp.sin(q)
-    basis = _INERTIA_BASIS.transpose(1, 0, 2).reshape(60, 6)  # row (a, k): B_k[a, :]
+    basis = _INERTIA_BASIS.transpose(1, 0, 2)  # [a, k]: B_k[a, :]
     acc = jnp.concatenate([jnp.zeros((3,) + batch, q.dtype), -gravity])[:, None]  # (6, 1, B)
     v = None
     axes = None  # (6, i, B): s_{j, i−1} for j < i
-    blocks = []
     for i, joint in enumerate(joints):
         motion = joint.motion[:, None, None]
         stack = [acc] if v is None else [acc, v, axes]
@@ -293,12 +347,13 @@ def rnea_regressor_batched(joints: list[Joint], q: Array, gravity: Array, qd: Ar
         own = jnp.broadcast_to(motion, (6, 1) + batch)
         axes = own if i == 0 else jnp.concatenate([moved[:, 2:], own], axis=1)
         # A_i (6, 10, B): B_k a + v ×* (B_k v) = B_k a + (ω × n + u × f, ω × f) for B_k v = (n, f).
-        inertia_acc = _apply_constant(basis, acc[:, 0]).reshape(6, 10, *batch)
-        inertia_v = _apply_constant(basis, v[:, 0]).reshape(6, 10, *batch)
+        ks = np.asarray(wanted[i])
+        if ks.size == 0:
+            yield i, axes, None
+            continue
+        rows = basis[:, ks].reshape(6 * ks.size, 6)
+        inertia_acc = _apply_constant(rows, acc[:, 0]).reshape(6, ks.size, *batch)
+        inertia_v = _apply_constant(rows, v[:, 0]).reshape(6, ks.size, *batch)
         omega, u = v[:3], v[3:]
         bias = jnp.concatenate([_cross(omega, inertia_v[:3]) + _cross(u, inertia_v[3:]), _cross(omega, inertia_v[3:])])
-        columns = inertia_acc + bias
-        # rows j ≤ i: s_{j,i}ᵀ A_i; rows j > i are zero.
-        rows = _apply(jnp.swapaxes(axes, 0, 1), columns)  # (i + 1, 10, B)
-        blocks.append(jnp.concatenate([rows, jnp.zeros((n - i - 1, 10) + batch, rows.dtype)]))
-    return jnp.concatenate(blocks, axis=1)
+        yield i, axes, inertia_acc + bias
