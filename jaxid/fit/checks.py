@@ -22,6 +22,9 @@
   excitation in all;
 - ``inconsistent``: an estimate fails a physical-consistency check (``consistency_checks``);
 - ``std_exceeds_value``: an estimated parameter's standard deviation exceeds its magnitude;
+- ``not_converged``: an iterative fit stopped at its iteration limit (the estimate is its last iterate);
+  ``weak_instruments``: IDIM-IV's simulated regressor barely correlates with the measured one in some
+  direction (``jaxid.estimate.logs.iv.WEAK_CORRELATION``): its estimate is unreliable there;
 - ``far_from_reference``: an estimated parameter differs from the reference's by a factor of
   ``FAR_FACTOR`` = 10 or more, or has the opposite sign (where the reference value is non-zero);
 - ``worse_than_reference``: an estimate's held-out torque RMSE (evaluation band) is more than
@@ -187,9 +190,13 @@ def log_warnings(logs, drive_rows, train: list[str], f_exc: float) -> list[dict[
 
 
 def estimate_warnings(model, name: str, est, consistency_rows) -> list[dict[str, str]]:
-    """``not_converged``, ``inconsistent``, ``std_exceeds_value`` and ``far_from_reference`` for one estimate."""
+    """``not_converged`` (or ``weak_instruments``), ``inconsistent``, ``std_exceeds_value`` and ``far_from_reference``
+    for one estimate."""
     out = []
-    if est.status != "ok":
+    if est.status == "weak_instruments":
+        why = next((part for part in est.notes.split("; ") if part.startswith("weak instruments")), est.status)
+        out.append(_warning("weak_instruments", name, f"{name}: {why}."))
+    elif est.status != "ok":
         out.append(
             _warning(
                 "not_converged",
