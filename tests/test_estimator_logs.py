@@ -9,7 +9,6 @@ option of the other kind of data, a consistent fit without a consistent map) is 
 
 import numpy as np
 import pytest
-from _simulated_log import write_logs
 
 import jaxid
 from jaxid.config import parse_experiment
@@ -27,22 +26,16 @@ from jaxid.estimate import (
     make_estimator,
     names_for,
 )
-from jaxid.estimate.logs import RegressionModel, filter_log, idim_iv, idim_ls
+from jaxid.estimate.logs import RegressionModel, idim_iv, idim_ls
 from jaxid.fit.model import SIGN_CONSTRAINED
 
 
 @pytest.fixture(scope="module")
-def problem(tmp_path_factory):
-    _, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("logs"))
-    base = jaxid.base_parameters(arm)
-
-    def regressor(q, qd, qdd):
-        return jaxid.base_regressor(arm, q, qd, qdd, base)
-
+def problem(lab_fit):
+    _, base, regressor, logs, ls = lab_fit
     names = tuple(base.names)
     model = RegressionModel(regressor, names, nonnegative=tuple(n for n in SIGN_CONSTRAINED if n in names))
-    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
-    return model, logs, idim_ls(logs, regressor, names)
+    return model, logs, ls
 
 
 def _equal(a, b):

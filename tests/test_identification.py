@@ -10,25 +10,17 @@ keeps its step, the torque loses it).
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _simulated_log import write_logs
 
 import jaxid
 from jaxid.estimate.kalman.logs import kalman_filter_fit
-from jaxid.estimate.logs import FilteredLog, accelerations, filter_log, idim_iv, idim_ls, output_error
+from jaxid.estimate.logs import FilteredLog, accelerations, idim_iv, idim_ls, output_error
 from jaxid.estimate.logs.idim import _null_directions
 
 
 @pytest.fixture(scope="module")
-def problem(tmp_path_factory):
-    csv, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("ident"))
-    base = jaxid.base_parameters(arm)
+def problem(lab_fit):
+    arm, base, regressor, logs, ls = lab_fit  # logs filtered at 20 Hz: ~10x the highest line (2.3 Hz)
     truth = np.asarray(base.values(jaxid.standard_parameters(arm)))
-
-    def regressor(q, qd, qdd):
-        return jaxid.base_regressor(arm, q, qd, qdd, base)
-
-    logs = [filter_log(jaxid.load_log(parquet), 20.0)]  # ~10x the highest excitation line (2.3 Hz)
-    ls = idim_ls(logs, regressor, base.names)
     return arm, base, truth, regressor, logs, ls
 
 

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _simulated_log import write_logs
 
 import jaxid
 from jaxid.estimate import OutputError
@@ -49,15 +48,9 @@ HELDOUT_FACTOR = 1.25
 
 
 @pytest.fixture(scope="module")
-def two_link(tmp_path_factory):
-    _, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("speed"))
-    base = jaxid.base_parameters(arm)
-
-    def regressor(q, qd, qdd):
-        return jaxid.base_regressor(arm, q, qd, qdd, base)
-
-    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
-    return regressor, base, logs, idim_ls(logs, regressor, base.names)
+def two_link(lab_fit):
+    _, base, regressor, logs, ls = lab_fit
+    return regressor, base, logs, ls
 
 
 def test_model_step_is_rk4_step_bit_for_bit(two_link):

@@ -5,7 +5,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _simulated_log import write_logs
 
 import jaxid
 from jaxid.estimate.logs import filter_log
@@ -15,8 +14,8 @@ REAL = Path(__file__).resolve().parent.parent / "data" / "double-pendulum" / "tr
 
 
 @pytest.fixture(scope="module")
-def logs(tmp_path_factory):
-    return write_logs(tmp_path_factory.mktemp("logs"))
+def logs(lab_log):
+    return lab_log
 
 
 def test_csv_gz_and_parquet_read_back_the_same(logs):

@@ -63,14 +63,17 @@ def _states(arm, seed, batch=(B,)):
     return tuple(jnp.asarray(rng.uniform(-s, s, (*batch, arm.dof))) for s in (3.0, 3.0, 10.0))
 
 
+@eqx.filter_jit
 def _jacobian(arm, q, qd, qdd):
+    # The arm is an argument, not a closed-over constant: the arms that differ only in their
+    # gravity below share one program (three compiles per arm before).
     def torque(standard, q, qd, qdd):
         return arm.with_standard_parameters(standard).inverse_dynamics(q, qd, qdd)
 
     jac = jax.jacfwd(torque)
     for _ in range(q.ndim - 1):
         jac = jax.vmap(jac, in_axes=(None, 0, 0, 0))
-    return jax.jit(jac)(arm.standard_parameters(), q, qd, qdd)
+    return jac(arm.standard_parameters(), q, qd, qdd)
 
 
 def _per_state_recursion(arm, q, qd, qdd):
