@@ -170,9 +170,12 @@ def test_consistent_output_error_on_a_ur5(ur5):
     model = RegressionModel(regressor, base.names, consistent=ConsistentMap(arm, standard_regressor, base.values))
     consistent = model.consistent.parametrisation  # z -> base.values(standard_from_unconstrained(z))
     est, z = output_error(logs, regressor, base.names, parametrisation=consistent, start_z=start_z, return_z=True)
-    # The estimator class (jaxid.estimate.OutputError, constraint "consistent") is this call.
+    # The estimator class (jaxid.estimate.OutputError, constraint "consistent") minimises the same cost
+    # by constrained Gauss–Newton (jaxid.estimate.logs.output_error_consistent): converged, consistent.
     by_class = OutputError(constraint="consistent", max_iterations=50)(logs, model, start=ls)
-    np.testing.assert_allclose(by_class.value, est.value, rtol=1e-10, atol=1e-10 * np.abs(est.value).max())
+    assert by_class.status == "ok", by_class.notes
+    assert bool(is_physically_consistent(by_class.standard))
+    assert _heldout(regressor, by_class.value, held) <= HELDOUT_FACTOR * _heldout(regressor, oe.value, held)
     standard = standard_from_unconstrained(jnp.asarray(z))
     assert bool(is_physically_consistent(standard))
     np.testing.assert_allclose(est.value, np.asarray(base.values(standard)), rtol=1e-12)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
-import numpy as np
 from jaxtyping import Array
 
 from .abstract import AbstractEstimator, Bound, History, Model
@@ -20,11 +19,11 @@ from .abstract import static_float_option as _static_float
 from .abstract import static_option as _static
 from .abstract import traced_option as _traced
 from .base import Estimate
-from .consistency import project_to_consistent, unconstrained_from_standard
 from .kalman.logs import kalman_filter_fit
 from .kalman.records import ekf, ukf
 from .logs import consistent_estimate, output_error
 from .logs.idim import Identification
+from .logs.output_error_consistent import output_error_consistent
 from .nonlinear import nonlinear_output_error
 from .regressor_estimators import IdimLS, _consistent_map
 
@@ -123,10 +122,10 @@ class OutputError(AbstractEstimator):
     """Multiple-shooting output error on measured angles (``jaxid.estimate.logs.output_error``),
     logs only; on simulated periodic records the output error is ``nonlinear_oe``.
 
-    ``constraint="consistent"``: the fit runs over the log-Cholesky coordinates ``z`` of the arm's
-    standard parameters (``θ = to_model(standard_from_unconstrained(z))``: every iterate a physically
-    consistent arm), started from the consistent least squares on IDIM-LS's rows (projected inside
-    with the margin 1e-2); needs the model's ``ConsistentMap``.
+    ``constraint="consistent"``: the same cost minimised over physically consistent arms
+    (``jaxid.estimate.logs.output_error_consistent``: constrained Gauss–Newton, each step a consistent
+    least squares on the linearised problem, so the optimum may lie on the consistency boundary),
+    started from the consistent least squares on IDIM-LS's rows; needs the model's ``ConsistentMap``.
     """
 
     name: ClassVar[str] = "output_error"
@@ -159,15 +158,8 @@ class OutputError(AbstractEstimator):
             return output_error(logs, model.regressor, model.names, start=start, known=model.known, **options)
         consistent = _consistent_map(model, self.name)
         standard = consistent_estimate(logs, consistent, start=start, known=model.known).standard
-        z0 = unconstrained_from_standard(project_to_consistent(standard, floor=CONSISTENT_START_FLOOR))
-        return output_error(
-            logs,
-            model.regressor,
-            model.names,
-            parametrisation=consistent.parametrisation,
-            start_z=np.asarray(z0),
-            known=model.known,
-            **options,
+        return output_error_consistent(
+            logs, model.regressor, model.names, consistent, standard, known=model.known, **options
         )
 
 
@@ -180,6 +172,7 @@ class OutputErrorConsistent(OutputError):
     constraint: Literal["none", "consistent"] = _static("consistent")
 
 
-#: The margin inside the consistent set of consistent output error's start: a coordinate started at
-#: the brink (``e^z ≈ 0``) has a vanishing gradient and barely moves.
+#: The margin inside the consistent set for a start of ``output_error`` over log-Cholesky coordinates
+#: (``parametrisation``): a coordinate started at the brink (``e^z ≈ 0``) has a vanishing gradient and
+#: barely moves. (The estimator's consistent variant no longer takes that route.)
 CONSISTENT_START_FLOOR = 1e-2

@@ -70,13 +70,16 @@ of a physically consistent arm: physically consistent output error. ``z`` may ho
 does not see (``14 n`` against ``p`` base parameters); the damping keeps their steps small.
 Started on the consistent set's boundary (some coordinates near ``−∞``, as a consistent
 least-squares fit often ends), those coordinates have vanishing gradients: start from a point
-projected inside (``jaxid.estimate.consistency.project_to_consistent`` with a ``floor``).
+projected inside (``jaxid.estimate.consistency.project_to_consistent`` with a ``floor``). Where the
+constrained optimum lies on that boundary the fit crawls (``z → −∞``): the estimator's consistent
+variant (``OutputError(constraint="consistent")``) is ``jaxid.estimate.logs.output_error_consistent``
+instead, a constrained Gauss–Newton on the same cost over ``θ`` and the states.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -85,8 +88,9 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification, segment_starts
-from .shooting import Blocks, normal_equations, schur_complement, segment_sandwich, shooting_cost, trust_region
-from .stepping import simulate_segments, stable_substeps, stage_torques
+from .shooting import normal_equations, schur_complement, segment_sandwich, shooting_cost, trust_region
+from .shooting_passes import _Chunks, _parametrise, _shooting_blocks, _shooting_residuals  # noqa: F401 (tests)
+from .stepping import stable_substeps, stage_torques
 
 __all__ = ["output_error", "angle_noise_std"]
 
@@ -153,11 +157,6 @@ def output_error(
     """
     names = tuple(names)
     p = len(names)
-    h = logs[0].sample_step
-    if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
-        raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
-    if int(chunk_segments) < 1:
-        raise ValueError(f"output_error: chunk_segments must be a positive integer, got {chunk_segments}.")
     if parametrisation is None:
         if start is None:
             raise ValueError("output_error needs start= (e.g. the IDIM-LS estimate).")
@@ -175,14 +174,63 @@ def output_error(
             raise ValueError(
                 f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
             )
-    length = max(stride, int(round(segment_s / h)))
-    n = logs[0].joints
-    m = 2 * n  # state entries per segment
-    sigma = angle_noise_std(logs)
+    _check_lags(lags)
+    theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
+    problem = shooting_problem(
+        logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
+    )
+    sol = trust_region(
+        problem.linearise, z_start, problem.x0, max_evaluations=max_iterations, evaluate=problem.evaluate
+    )
+    blocks, theta_hat = sol.extra
+    # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
+    theta_normal = (
+        sol.normal if parametrisation is None else normal_equations(blocks, sol.states, problem.linked, problem.scale_c)
+    )
+    est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, f"solver: {sol.message}")
+    return (est, sol.par.copy()) if return_z else est
+
+
+class ShootingProblem(NamedTuple):
+    """A multiple-shooting fit's set-up (``shooting_problem``): the segments' start states ``x0``
+    ``(S, m)``, which segment links on (``linked``) and each one's log (``owner``), the continuity
+    weights ``scale_c``, the per-joint angle noise ``sigma``, the segment length (samples) and step,
+    the substeps (and the stiffness that set them, ``None`` if given), and two passes:
+    ``evaluate(φ, x)`` (the cost, ``None`` if not finite) and ``linearise(φ, x)`` (``(NormalEquations,
+    (Blocks, θ))`` in ``φ``, ``None`` if not finite)."""
+
+    x0: np.ndarray
+    linked: np.ndarray
+    owner: np.ndarray
+    scale_c: np.ndarray
+    sigma: np.ndarray
+    length: int
+    sample_step: float
+    substeps: int
+    stiffness: float | None
+    evaluate: Callable
+    linearise: Callable
+
+
+def _check_lags(lags):
     if int(lags) != lags or lags < -1:
         raise ValueError(
             f"output_error: lags must be -1 (white residuals) or a whole number of segments ≥ 0, got {lags}."
         )
+
+
+def shooting_problem(
+    logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
+) -> ShootingProblem:
+    """The segments of ``logs`` and the passes over them (``output_error``'s arguments; ``theta0`` the
+    start's ``θ``, for the substeps' stiffness rule). Raises ``ValueError`` as ``output_error`` does."""
+    h = logs[0].sample_step
+    if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
+        raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
+    if int(chunk_segments) < 1:
+        raise ValueError(f"output_error: chunk_segments must be a positive integer, got {chunk_segments}.")
+    length = max(stride, int(round(segment_s / h)))
+    sigma = angle_noise_std(logs)
     x0s, torques, meas, linked, owner = [], [], [], [], []
     for i, d in enumerate(logs):
         starts = segment_starts(d, length)
@@ -193,14 +241,10 @@ def output_error(
         meas.append(np.asarray(d.q_raw)[starts[:, None] + np.arange(0, length, stride)])
         linked.append(np.arange(len(starts)) < len(starts) - 1)  # the log's last segment links on to none
         owner.append(np.full(len(starts), i))
-    x0 = np.concatenate(x0s)
-    segments = x0.shape[0]
     linked = np.concatenate(linked)
-    owner = np.concatenate(owner)
     scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
     chunks = _Chunks(np.concatenate(torques), np.concatenate(meas), int(chunk_segments))
     if substeps is None:
-        theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
         substeps, stiffness = stable_substeps(regressor, theta0, logs, known)
     elif int(substeps) < 1:
         raise ValueError(f"output_error: substeps must be a positive integer, got {substeps}.")
@@ -230,13 +274,21 @@ def output_error(
             return None
         return normal_equations(blocks, states, linked, scale_c, dtheta), (blocks, theta)
 
-    sol = trust_region(linearise, z_start, x0, max_evaluations=max_iterations, evaluate=evaluate)
-    blocks, theta_hat = sol.extra
-    z = sol.par
-    # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
-    theta_normal = sol.normal if parametrisation is None else normal_equations(blocks, sol.states, linked, scale_c)
+    x0 = np.concatenate(x0s)
+    owner = np.concatenate(owner)
+    return ShootingProblem(x0, linked, owner, scale_c, sigma, length, h, substeps, stiffness, evaluate, linearise)
+
+
+def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, solver_note, **extra):
+    """``output_error``'s ``Identification`` of a solution ``sol`` (``shooting.Solution``: its ``normal``
+    gives the cost, its ``states``, ``jacobians``, ``status`` the rest) with ``theta_normal`` the normal
+    equations in ``θ`` there, ``blocks`` its pass, ``lags`` the covariance (``output_error``);
+    ``solver_note`` ends the notes; ``extra`` goes to ``Identification`` (e.g. ``standard``)."""
+    p = len(names)
+    segments, m = sol.states.shape
+    n = m // 2
     reduced = schur_complement(theta_normal)
-    rows = blocks.res.size + m * int(linked.sum())
+    rows = blocks.res.size + m * int(problem.linked.sum())
     dof = max(rows - (p + m * segments), 1)
     s2 = 2 * sol.normal.cost / dof
     d = np.sqrt(np.abs(np.diag(reduced)))
@@ -247,19 +299,19 @@ def output_error(
     if lags < 0:
         cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)
     else:
-        cov = rows / dof * segment_sandwich(theta_normal, blocks, owner, int(lags))[0]
-    res_blocks = blocks.res.reshape(segments, -1, n) * sigma
-    gaps = sol.normal.gaps[linked] / scale_c
+        cov = rows / dof * segment_sandwich(theta_normal, blocks, problem.owner, int(lags))[0]
+    res_blocks = blocks.res.reshape(segments, -1, n) * problem.sigma
+    gaps = sol.normal.gaps[problem.linked] / problem.scale_c
     gap_q = float(np.abs(gaps[:, :n]).max()) if gaps.size else 0.0
     gap_v = float(np.abs(gaps[:, n:]).max()) if gaps.size else 0.0
     notes = (
-        f"{segments} segments of {length * h:.3g} s; largest continuity gap {gap_q:.2e} rad, {gap_v:.2e} rad/s; "
-        f"solver: {sol.message}"
+        f"{segments} segments of {problem.length * problem.sample_step:.3g} s; largest continuity gap "
+        f"{gap_q:.2e} rad, {gap_v:.2e} rad/s; {solver_note}"
     )
-    if substeps > 1:
-        why = "" if stiffness is None else f" (h λ_max = {stiffness:.3g} at the start)"
-        notes += f"; {substeps} RK4 substeps per sample{why}"
-    est = Identification(
+    if problem.substeps > 1:
+        why = "" if problem.stiffness is None else f" (h λ_max = {problem.stiffness:.3g} at the start)"
+        notes += f"; {problem.substeps} RK4 substeps per sample{why}"
+    return Identification(
         "output_error",
         names,
         np.asarray(theta_hat, dtype=float),
@@ -271,120 +323,5 @@ def output_error(
         sol.jacobians,
         notes,
         sol.status,
-    )
-    return (est, z.copy()) if return_z else est
-
-
-class _Chunks:
-    """The segments' torques and measured angles, padded to whole chunks, and one pass over them.
-
-    A fit of ``S`` segments runs in chunks of ``min(chunk_segments, 2^⌈log₂ S⌉)`` segments; the last
-    chunk is filled by repeating the last segment (its blocks are computed and dropped), so a log's
-    length never sets a compiled shape."""
-
-    def __init__(self, torques: np.ndarray, measured: np.ndarray, chunk_segments: int):
-        self.segments = torques.shape[0]
-        self.size = min(chunk_segments, 1 << (self.segments - 1).bit_length())
-        padded = -(-self.segments // self.size) * self.size
-        self.fill = np.minimum(np.arange(padded), self.segments - 1)  # padded → real segment
-        self.torques = torques[self.fill]
-        self.measured = measured[self.fill]
-
-    def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
-        """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
-        theta = jnp.asarray(theta)
-        states = states[self.fill]
-        pending = [
-            _shooting_residuals(
-                theta,
-                jnp.asarray(states[lo : lo + self.size]),
-                jnp.asarray(self.torques[lo : lo + self.size]),
-                jnp.asarray(self.measured[lo : lo + self.size]),
-                sigma,
-                **static,
-            )
-            for lo in range(0, self.fill.size, self.size)
-        ]
-        res, ends = (np.concatenate([np.asarray(r[i]) for r in pending])[: self.segments] for i in range(2))
-        return res, ends
-
-    def pass_(self, theta, states, sigma, static) -> Blocks:
-        """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
-        theta = jnp.asarray(theta)
-        states = states[self.fill]
-        # Every chunk dispatched before any is read back: JAX runs them asynchronously, so on a CPU with
-        # several cores the chunks (independent programs) overlap; the results are the same either way.
-        pending = [
-            _shooting_blocks(
-                theta,
-                jnp.asarray(states[lo : lo + self.size]),
-                jnp.asarray(self.torques[lo : lo + self.size]),
-                jnp.asarray(self.measured[lo : lo + self.size]),
-                sigma,
-                **static,
-            )
-            for lo in range(0, self.fill.size, self.size)
-        ]
-        out = [jax.tree.map(np.asarray, blocks) for blocks in pending]
-        blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*(b[:-1] for b in out), strict=True)))
-        # Summed here, over the real segments in one order: the chunk size does not change the sums.
-        return blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0), scores=blocks.rtg)
-
-
-@functools.partial(jax.jit, static_argnames=("parametrisation",))
-def _parametrise(z, *, parametrisation):
-    """``(θ(z), ∂θ/∂z)``; compiled once per parametrisation (static, hashed by identity)."""
-
-    def twice(x):
-        theta = parametrisation(x)
-        return theta, theta
-
-    jac, theta = jax.jacfwd(twice, has_aux=True)(z)
-    return theta, jac
-
-
-def _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma):
-    """One segment's scaled angle residuals ``(k,)`` and end state ``(m,)`` (``_shooting_blocks``' primal)."""
-    n = y0.shape[-1] // 2
-    states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
-    res = (states[:-1:stride, :n] - q_s) / sigma
-    return res.reshape(-1), states[-1]
-
-
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
-def _shooting_residuals(
-    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
-):
-    """One chunk's residuals and end states without the Jacobian (``_shooting_blocks``' primal, ``vmap``)."""
-    one = functools.partial(_segment_residuals, regressor, known, sample_step, stride, substeps)
-    return jax.vmap(one, (None, 0, 0, 0, None))(theta, initial_states, torques, measured, sigma)
-
-
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
-def _shooting_blocks(
-    theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
-) -> Blocks:
-    """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over the chunk) gives
-    the residuals as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by
-    identity), step, stride and chunk shape: every pass, chunk and log of the same segment length
-    shares one program."""
-
-    def segment(theta, y0, tau_s, q_s):
-        out = _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma)
-        return out, out
-
-    jac, (res, ends) = jax.vmap(jax.jacfwd(segment, argnums=(0, 1), has_aux=True), (None, 0, 0, 0))(
-        theta, initial_states, torques, measured
-    )
-    (r_theta, r_x), (e_theta, e_x) = jac
-    return Blocks(
-        res=res,
-        ends=ends,
-        e_theta=e_theta,
-        e_x=e_x,
-        rtr=jnp.einsum("ckp,ckq->cpq", r_theta, r_theta),
-        rtg=jnp.einsum("ckp,ck->cp", r_theta, res),
-        rtx=jnp.einsum("ckp,ckm->cpm", r_theta, r_x),
-        rxx=jnp.einsum("ckm,ckl->cml", r_x, r_x),
-        rxg=jnp.einsum("ckm,ck->cm", r_x, res),
+        **extra,
     )

@@ -183,6 +183,16 @@ class Factor:
                 raise
             self._schur, self._scaled = None, scaled
 
+    def eliminate(self, r_par: np.ndarray, r_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(r_φ − B y, y)``, ``y = C⁻¹ r_x``: the right-hand side of the Schur system ``S δφ = r_φ − B y``
+        (``schur``) and what ``states`` needs."""
+        y = self._solve_banded(r_x.reshape(-1))
+        return r_par - self._border @ y, y
+
+    def states(self, y: np.ndarray, d_par: np.ndarray) -> np.ndarray:
+        """``δx = y − C⁻¹Bᵀ δφ`` ``(S, m)`` for any ``δφ`` (e.g. a constrained one): the states' best response."""
+        return (y - self._c_inv_bt @ d_par).reshape(self._shape)
+
     def solve(self, r_par: np.ndarray, r_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(δφ, δx)`` with ``(JᵀJ + diag(damping)) δ = r``: ``y = C⁻¹ r_x``, ``S δφ = r_φ − B y``,
         ``δx = y − C⁻¹Bᵀ δφ``."""
