@@ -147,3 +147,40 @@ def export_parameters(
     base.write_text("\n".join(lines))
     paths.append(base)
     return paths, skipped
+
+
+#: The tables ``jaxid fit`` writes at the top of its folder (some only for some configs).
+FIT_TABLES = (
+    "parameters.csv",
+    "validation.csv",
+    "consistency.csv",
+    "lines.csv",
+    "excitation.csv",
+    "cutoff.csv",
+    "default_estimator.csv",
+    "summary.csv",
+    "warnings.csv",
+)
+
+
+def clear_previous_fit(out: Path) -> list[str]:
+    """Remove what an earlier fit wrote in ``out`` before an overwrite writes the new one: the tables
+    (``FIT_TABLES``) and the parameter files and figures its ``manifest.json`` lists (the manifest itself
+    is rewritten), so that the folder holds this fit's results only (an estimator that is no longer
+    exported leaves no stale file). Any other file is kept. Returns the removed paths, relative."""
+    import json
+
+    out = Path(out)
+    try:
+        old = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        old = {}
+    listed = [*FIT_TABLES, *old.get("exported", []), *old.get("figures", [])]
+    removed = []
+    root = out.resolve()
+    for name in listed:
+        path = out / str(name)
+        if path.is_file() and root in path.resolve().parents:
+            path.unlink()
+            removed.append(str(name))
+    return removed

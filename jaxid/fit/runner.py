@@ -24,7 +24,7 @@ from .checks import (
     validation_warnings,
 )
 from .cutoff import choose_cutoff, filter_all, load_logs
-from .export import export_note, export_parameters
+from .export import clear_previous_fit, export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
 from .selection import DEFAULT_CANDIDATES, cross_validate, training_folds
 from .tables import (
@@ -281,6 +281,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     notes += nominal_warnings(validation, default_table, list(estimates))
 
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_fit(out)  # an overwritten fit's stale files (e.g. an estimator no longer exported) go
     params.to_csv(out / "parameters.csv", index=False, float_format="%.6g")
     validation.to_csv(out / "validation.csv", index=False, float_format="%.6g")
     consistency.to_csv(out / "consistency.csv", index=False, float_format="%.6g")
