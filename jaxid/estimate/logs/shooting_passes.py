@@ -30,12 +30,14 @@ class _Chunks:
         self.torques = torques[self.fill]
         self.measured = measured[self.fill]
 
-    def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
-        """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
+    def _dispatch(self, program, theta, states, sigma, static) -> list:
+        """``program`` on every chunk, all dispatched before any is read back: JAX runs them
+        asynchronously, so on a CPU with several cores the chunks (independent programs) overlap; the
+        results are the same either way."""
         theta = jnp.asarray(theta)
         states = states[self.fill]
-        pending = [
-            _shooting_residuals(
+        return [
+            program(
                 theta,
                 jnp.asarray(states[lo : lo + self.size]),
                 jnp.asarray(self.torques[lo : lo + self.size]),
@@ -45,26 +47,16 @@ class _Chunks:
             )
             for lo in range(0, self.fill.size, self.size)
         ]
+
+    def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
+        """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
+        pending = self._dispatch(_shooting_residuals, theta, states, sigma, static)
         res, ends = (np.concatenate([np.asarray(r[i]) for r in pending])[: self.segments] for i in range(2))
         return res, ends
 
     def pass_(self, theta, states, sigma, static) -> Blocks:
         """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
-        theta = jnp.asarray(theta)
-        states = states[self.fill]
-        # Every chunk dispatched before any is read back: JAX runs them asynchronously, so on a CPU with
-        # several cores the chunks (independent programs) overlap; the results are the same either way.
-        pending = [
-            _shooting_blocks(
-                theta,
-                jnp.asarray(states[lo : lo + self.size]),
-                jnp.asarray(self.torques[lo : lo + self.size]),
-                jnp.asarray(self.measured[lo : lo + self.size]),
-                sigma,
-                **static,
-            )
-            for lo in range(0, self.fill.size, self.size)
-        ]
+        pending = self._dispatch(_shooting_blocks, theta, states, sigma, static)
         out = [jax.tree.map(np.asarray, blocks) for blocks in pending]
         blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*(b[:-1] for b in out), strict=True)))
         # Summed here, over the real segments in one order: the chunk size does not change the sums.
