@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..estimate.logs.validation import free_simulation, residual_spectrum, torque_prediction
+from .tables import model_substeps
 
 __all__ = ["make_fit_figures"]
 
@@ -32,10 +33,11 @@ def make_fit_figures(
     headline: str,
     horizons,
     failures: dict[str, str] | None = None,
-    substeps: int | None = None,
+    substeps: dict[str, int] | int | None = None,
 ) -> list[Path]:
     """Write ``figures/*.png`` for the held-out runs (the training runs if none); return the paths.
-    ``substeps``: RK4 steps per sample of the free simulations (``free_simulation``; default its rule).
+    ``substeps``: RK4 steps per sample of the free simulations, ``{label: int}`` (``jaxid.fit.tables.simulation_substeps``)
+    or one int for all (default: ``free_simulation``'s rule).
 
     Each figure is drawn on its own: one that fails (e.g. a free simulation that leaves the data) is
     recorded in ``failures`` (``{file name: reason}``, when given; else re-raised) and the others are
@@ -119,7 +121,10 @@ def _angles(plt, path, d, run, model, shown, colours, names, joints, height, lon
     sims = (
         {}
         if starts.size == 0
-        else {k: free_simulation(d, model.regressor, v, starts, steps, substeps) for k, v in shown.items()}
+        else {
+            k: free_simulation(d, model.regressor, v, starts, steps, model_substeps(substeps, k))
+            for k, v in shown.items()
+        }
     )
     fig, axes = plt.subplots(joints, 1, figsize=(9, height), sharex=True, squeeze=False)
     axes = axes[:, 0]

@@ -89,6 +89,22 @@ def _start(name: str, ls, estimates):
     )
 
 
+class _StageClock:
+    """Wall seconds per stage of a fit: ``clock(name)`` charges the time since the previous call to ``name``."""
+
+    def __init__(self, stages: dict[str, float]):
+        self.stages, self.last = stages, time.time()
+
+    def __call__(self, name: str) -> None:
+        now = time.time()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def done(self) -> dict[str, float]:
+        self("summary_and_manifest")
+        return self.stages
+
+
 def _jackknife(config, train, model):
     """Leave-one-training-run-out (jackknife) standard deviation of IDIM-LS, or ``None`` for one run.
 
@@ -202,6 +218,8 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     if (out / "manifest.json").exists() and not overwrite:
         raise FitExists(f"{out} already holds a fit; pass --overwrite to replace it.")
     started = time.time()
+    stages: dict[str, float] = {}  # wall seconds per stage of the fit (manifest "stage_seconds")
+    clock = _StageClock(stages)
     model = build_model(config)
     logs = load_logs(config, config.train + config.test)  # one grid for all (load_logs)
     flt = config.section("filter")
@@ -211,10 +229,13 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     check_horizons(logs, flt["trim_s"], horizons)
     check_band(float(val["band_hz"]), sample_step)
     train_raw = {n: logs[n] for n in config.train}
+    clock("load")
     cutoff, f_exc, cutoff_table, drive = choose_cutoff(config, train_raw, model)
+    clock("cutoff")
     filtered = filter_all(logs, cutoff, flt)
     # Every metric on one fixed evaluation band, the same for every fit and build (checks docstring).
     evaluation = filter_all(logs, float(val["band_hz"]), flt)
+    clock("filter")
     train = {n: filtered[n] for n in config.train}
 
     estimates, seconds, failed = {}, {}, {}
@@ -237,6 +258,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             failed[name] = f"its estimate is not finite (status {est.status})"
             continue
         estimates[name] = embedded
+    clock("estimators")
     notes = [
         {"kind": "estimator_failed", "model": n, "message": f"estimator {n} failed and is left out: {why}"}
         for n, why in failed.items()
@@ -257,7 +279,9 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         lambda: _default_estimator(config, train_raw, model, estimates, cutoff, flt, val),
         (fallback, []),
     )
+    clock("default_estimate")
     jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
+    clock("jackknife")
     params = parameters_table(estimates, model, jackknife)
     thetas = {k: np.asarray(v.value) for k, v in estimates.items()}
     nominal = np.asarray(model.fixed_values, dtype=float)
@@ -268,10 +292,12 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     thetas.update(model.compare)
     substeps = simulation_substeps(model, thetas, {n: evaluation[n] for n in config.train})
     validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered, substeps=substeps)
+    clock("validation")
     plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, headline)
     consistency = attempt("consistency", lambda: consistency_table(model, thetas), pd.DataFrame())
     lines = attempt("frequency_view", lambda: frequency_view(config, evaluation, model, thetas, f_exc), pd.DataFrame())
     summary = validation_summary(validation, horizons)
+    clock("consistency_and_lines")
 
     notes += log_warnings(logs, [r for r in drive if r["run"] in config.train], config.train, f_exc)
     for name, est in estimates.items():
@@ -298,6 +324,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     )
     for name, why in not_exported.items():
         notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
+    clock("warnings_tables_export")
     figure_paths, figure_failures = [], {}
     if figures:
         from .figures import make_fit_figures
@@ -309,6 +336,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             ),
             [],
         )
+        clock("figures")
     for what, why in {**diagnostics, **{f"figure {k}": v for k, v in figure_failures.items()}}.items():
         notes.append({"kind": "diagnostic_failed", "model": "", "message": f"{what} not written: {why}"})
     summary["warnings"] = ["; ".join(sorted({w["kind"] for w in notes if w["model"] == m})) for m in summary["model"]]
@@ -359,6 +387,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         "fixed": {n: float(model.fixed_values[i]) for i, n in enumerate(model.names) if i not in model.free},
         "figures": [str(p.relative_to(out)) for p in figure_paths],
         "seconds": round(time.time() - started, 2),
+        "stage_seconds": {k: round(v, 2) for k, v in clock.done().items()},
         "versions": {
             "python": platform.python_version(),
             "jax": jax.__version__,

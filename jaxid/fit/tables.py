@@ -41,15 +41,24 @@ def parameters_table(estimates, model, jackknife):
     return pd.DataFrame(rows)
 
 
-def simulation_substeps(model, thetas, logs) -> int:
-    """RK4 steps per sample for every free simulation of a fit: the most that
-    ``jaxid.estimate.logs.stepping.stable_substeps`` asks for any of ``thetas`` (``{label: base parameters}``)
-    on ``logs`` (``{run: FilteredLog}``). One integrator for every model compared, and one compiled
-    program; a model whose state Jacobian is not finite there is left out of the maximum."""
+def simulation_substeps(model, thetas, logs) -> dict[str, int]:
+    """RK4 steps per sample of each model's free simulations, ``{label: substeps}``: what
+    ``jaxid.estimate.logs.stepping.stable_substeps`` asks for each of ``thetas`` (``{label: base parameters}``)
+    on ``logs`` (``{run: FilteredLog}``), 1 for a model whose state Jacobian is not finite there.
+
+    Each model takes the steps its own stiffness needs: RK4 within its stability limit follows the
+    slow motion the angle errors measure as closely for every model, and one stiff set (a truth with a
+    light, damped wrist: ``h λ_max`` 39 on the UR5 campaign of ``scripts/bench_fit_cost.py``) no longer
+    makes every other model take 16 substeps (one compiled program per distinct count)."""
     from ..estimate.logs.stepping import stable_substeps
 
     runs = list(logs.values())
-    return max([1] + [stable_substeps(model.regressor, theta, runs)[0] for theta in thetas.values()])
+    return {label: max(1, stable_substeps(model.regressor, theta, runs)[0]) for label, theta in thetas.items()}
+
+
+def model_substeps(substeps, label):
+    """``substeps`` of the model ``label``: a ``{label: int}`` (``simulation_substeps``), one int for all, or None."""
+    return substeps.get(label) if isinstance(substeps, dict) else substeps
 
 
 def validation_table(config, filtered, model, thetas, horizons, fitted=None, substeps=None):
@@ -60,7 +69,8 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None, sub
     ``filtered``: the logs filtered at the evaluation band (``validation.band_hz``), on which every
     metric is computed; ``fitted``: the same logs filtered at the fit's cut-off, on which the
     torque RMSE is also reported as ``torque_rmse_fit_band`` (it moves with the fit's filter).
-    ``substeps``: RK4 steps per sample of the free simulations (default: ``simulation_substeps``)."""
+    ``substeps``: RK4 steps per sample of the free simulations, ``{label: int}`` or one int for every model
+    (default: ``simulation_substeps``)."""
     import pandas as pd
 
     from ..estimate.logs.validation import free_simulation_rmse, torque_rmse
@@ -75,7 +85,9 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None, sub
             tau = torque_rmse(d, model.regressor, theta)
             tau_fit = None if fitted is None else torque_rmse(fitted[run], model.regressor, theta)
             try:
-                sim = free_simulation_rmse(d, model.regressor, theta, horizons, val["start_every_s"], substeps)
+                sim = free_simulation_rmse(
+                    d, model.regressor, theta, horizons, val["start_every_s"], model_substeps(substeps, label)
+                )
                 status = "ok"
             except ValueError:
                 sim = {h: np.full(model.dof, np.nan) for h in horizons}

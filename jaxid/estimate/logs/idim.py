@@ -34,11 +34,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor
+from .data import FilteredLog, Known, Regressor, rowwise
 from .ls_kernel import _ls_kernel_jit
 
 __all__ = [
@@ -125,20 +124,20 @@ def regression_rows(logs: Sequence[FilteredLog], decimate: int) -> list[np.ndarr
 def _known_torque(log, known):
     if known is None:
         return 0.0
-    return np.asarray(jax.jit(known)(log.q, log.qd, log.qdd))
+    return rowwise(known, log.q, log.qd, log.qdd)
 
 
 def _stack(logs, regressor, rows, parallel=True, known=None):
     ws, ys = [], []
-    reg = jax.jit(regressor)
     for d, idx in zip(logs, rows, strict=True):
         tau = np.asarray(d.tau) - _known_torque(d, known)
         if parallel:
-            w = np.asarray(reg(d.q, d.qd, d.qdd))
+            w = rowwise(regressor, d.q, d.qd, d.qdd)
             ws.append(d.band(w)[idx])
             ys.append(d.band(tau)[idx])
         else:
-            ws.append(np.asarray(reg(d.q[idx], d.qd[idx], d.qdd[idx])))
+            q, qd, qdd = (np.asarray(x)[idx] for x in (d.q, d.qd, d.qdd))
+            ws.append(rowwise(regressor, q, qd, qdd))
             ys.append(tau[idx])
     return np.concatenate(ws), np.concatenate(ys)  # (rows, n, p), (rows, n)
 

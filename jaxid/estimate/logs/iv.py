@@ -5,32 +5,22 @@ result type) is ``jaxid.estimate.logs.idim``."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Known, Regressor, accelerations
+from .data import FilteredLog, Known, Regressor, accelerations, rowwise
 from .idim import Identification, _known_torque, _ls_result, correlation_lags, default_decimation, segment_starts
 from .ls_kernel import newey_west
-from .stepping import simulate_segments_jit, stable_substeps, stage_torques
+from .stepping import stable_substeps
+from .validation import free_simulation
 
 __all__ = ["idim_iv", "simulated_signals", "smallest_canonical_correlation", "WEAK_CORRELATION"]
 
 
-def _segment_inputs(log: FilteredLog, length: int):
-    starts = segment_starts(log, length)
-    x0 = np.concatenate([np.asarray(log.q)[starts], np.asarray(log.qd)[starts]], axis=1)
-    stages = np.asarray(stage_torques(log.tau))
-    torques = stages[starts[:, None] + np.arange(length)]
-    return starts, x0, torques
-
-
-@functools.partial(jax.jit, static_argnums=(0, 5))
-def _accelerations(regressor, theta, q, qd, tau, known):
-    """``accelerations`` at a batch of states ``(K, n)`` (compiled once per model and shape)."""
+def _accelerations(regressor, known, theta, q, qd, tau):
+    """``accelerations`` at a batch of states ``(K, n)`` (``rowwise``: compiled once per model)."""
     return jax.vmap(lambda q_, qd_, tau_: accelerations(regressor, theta, q_, qd_, tau_, known))(q, qd, tau)
 
 
@@ -65,17 +55,12 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1)
     samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
     RK4 steps per sample (``jaxid.estimate.logs.stepping.model_step``)."""
     out = []
-    sim = simulate_segments_jit
-
-    def acc(th, q, qd, tau):
-        return _accelerations(regressor, th, q, qd, tau, known)
-
     for d in logs:
         length = max(1, int(round(segment_s / d.sample_step)))
-        starts, x0, torques = _segment_inputs(d, length)
-        states = np.asarray(
-            sim(regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), d.sample_step, known, substeps)
-        )
+        starts = segment_starts(d, length)
+        x0 = np.concatenate([np.asarray(d.q)[starts], np.asarray(d.qd)[starts]], axis=1)
+        # Starts padded to a block (free_simulation): runs of different lengths share one compiled program.
+        states = free_simulation(d, regressor, theta, starts, length, substeps, known)
         idx = (starts[:, None] + np.arange(length)).reshape(-1)
         n = d.joints
         states = states[:, :length]
@@ -85,7 +70,14 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1)
         )
         near = np.repeat(near_segment, length)
         states = np.where(near_segment[:, None, None], states, np.asarray(x0)[:, None, :]).reshape(-1, 2 * n)
-        qdd = np.asarray(acc(jnp.asarray(theta), states[:, :n], states[:, n:], np.asarray(d.tau)[idx]))
+        qdd = rowwise(
+            _accelerations,
+            states[:, :n],
+            states[:, n:],
+            np.asarray(d.tau)[idx],
+            static=(regressor, known),
+            args=(theta,),
+        )
         out.append((idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)))
     return out
 
@@ -140,10 +132,10 @@ def idim_iv(
     if decimate is None:
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     theta = np.asarray(start.value)
-    reg = jax.jit(regressor)
     # The measured side does not change between passes: its regressor and torque, parallel-filtered.
     bands = [
-        (d.band(np.asarray(reg(d.q, d.qd, d.qdd))), d.band(np.asarray(d.tau) - _known_torque(d, known))) for d in logs
+        (d.band(rowwise(regressor, d.q, d.qd, d.qdd)), d.band(np.asarray(d.tau) - _known_torque(d, known)))
+        for d in logs
     ]
     sigma = None
     notes = ""
@@ -159,7 +151,7 @@ def idim_iv(
             keep = keep[near[keep]]
             rows = idx[keep]
             ws.append(w_band[rows])
-            zs.append(np.asarray(reg(qs[keep], qds[keep], qdds[keep])))
+            zs.append(rowwise(regressor, np.asarray(qs)[keep], np.asarray(qds)[keep], np.asarray(qdds)[keep]))
             ys.append(y_band[rows])
         w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
         if sigma is None:

@@ -15,14 +15,12 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import FilteredLog, Regressor, model_torque
+from .data import FilteredLog, Known, Regressor, model_torque, rowwise
 from .stepping import simulate_segments_jit, stable_substeps, stage_torques
 
 __all__ = [
@@ -35,17 +33,12 @@ __all__ = [
 ]
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _model_torque(regressor, theta, q, qd, qdd):
-    # One compiled program per regressor (hashed by identity) and log shape, whatever θ: a fit scores
-    # many parameter sets on the same logs (validation, cross-validation, figures).
-    return model_torque(regressor, theta, q, qd, qdd)
-
-
 def torque_prediction(log: FilteredLog, regressor: Regressor, theta, *, band: bool = True) -> np.ndarray:
     """``Y θ`` on every sample of a filtered log, ``(N, n)`` [N m], low-passed like the measured
     torque (``log.band``) unless ``band=False``."""
-    pred = np.asarray(_model_torque(regressor, jnp.asarray(theta, dtype=float), log.q, log.qd, log.qdd))
+    # One compiled program per regressor (hashed by identity), whatever θ and the log's length: a fit scores
+    # many parameter sets on many logs (validation, cross-validation, figures).
+    pred = rowwise(model_torque, log.q, log.qd, log.qdd, static=(regressor,), args=(jnp.asarray(theta, dtype=float),))
     return log.band(pred) if band else pred
 
 
@@ -57,21 +50,27 @@ def torque_rmse(log: FilteredLog, regressor: Regressor, theta) -> np.ndarray:
 
 
 def free_simulation(
-    log: FilteredLog, regressor: Regressor, theta, starts: np.ndarray, steps: int, substeps: int | None = None
+    log: FilteredLog,
+    regressor: Regressor,
+    theta,
+    starts: np.ndarray,
+    steps: int,
+    substeps: int | None = None,
+    known: Known | None = None,
 ) -> np.ndarray:
     """Simulated states ``(S, steps + 1, 2 n)``, ``(q, q')``, from the filtered state at sample indices ``starts``;
     ``substeps`` RK4 steps per sample (default: ``stable_substeps`` of ``theta`` on this log). The starts are
     padded (the last repeated) to a multiple of ``START_BLOCK``, so that logs of similar lengths share one
-    compiled program; the padding is dropped."""
+    compiled program; the padding is dropped. ``known``: the torque of fixed parameters (as the estimators')."""
     if substeps is None:
-        substeps, _ = stable_substeps(regressor, theta, [log])
+        substeps, _ = stable_substeps(regressor, theta, [log], known)
     count = len(starts)
     padded = np.concatenate([starts, np.full(-count % START_BLOCK, starts[-1])]).astype(int)
     x0 = np.concatenate([np.asarray(log.q)[padded], np.asarray(log.qd)[padded]], axis=1)
     stages = np.asarray(stage_torques(log.tau))
     torques = stages[padded[:, None] + np.arange(steps)]
     states = simulate_segments_jit(
-        regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step, None, int(substeps)
+        regressor, jnp.asarray(theta), jnp.asarray(x0), jnp.asarray(torques), log.sample_step, known, int(substeps)
     )
     return np.asarray(states)[:count]
 
