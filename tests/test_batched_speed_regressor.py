@@ -1,5 +1,6 @@
 """The batched IDIM-LS's regressor entries (``jaxid.benchmark.batched``) are the standard regressor's."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -34,10 +35,19 @@ def test_entries_are_the_batched_regressor_s(states):
 
 
 def test_program_entries_are_the_standard_regressor_s(states):
+    """``_entries_regressor``'s distinct rows, mapped back by ``sign * rows[index]``, are the standard
+    regressor's entries (round-off: another association of the same sums), with and without the
+    stage barriers (the same operations; XLA may contract a product and a sum into one rounding
+    inside a fusion, so round-off apart), and it folds some duplicates."""
     arm, q, qd, qdd = states
     full = np.asarray(arm.standard_regressor(q, qd, qdd)).reshape(q.shape[0], -1)
     nonzero = _nonzero(arm)
     assert not np.any(full[:, ~nonzero.ravel()])  # the entries left out are zeros
-    flat, regressor = _entries_regressor(arm, nonzero)
-    got = np.concatenate([np.asarray(p) for p in regressor(q, qd, qdd)])
-    np.testing.assert_allclose(got, full[:, flat].T, rtol=0, atol=1e-13 * np.max(np.abs(full)))
+    flat, index, sign, regressor = _entries_regressor(arm, nonzero)
+    np.testing.assert_array_equal(flat, np.flatnonzero(nonzero))
+    plain = jax.jit(lambda a, b, c: regressor(a, b, c))(q.T, qd.T, qdd.T)
+    barred = jax.jit(lambda a, b, c, on: regressor(a, b, c, on))(q.T, qd.T, qdd.T, jnp.asarray(True))
+    assert index.max() + 1 == plain.shape[0] < len(flat)  # some entries are another's (parallel joints)
+    for rows in (plain, barred):
+        got = sign[:, None] * np.asarray(rows)[index]
+        np.testing.assert_allclose(got, full[:, flat].T, rtol=0, atol=1e-13 * np.max(np.abs(full)))

@@ -9,9 +9,12 @@ in one program:
 2. **Rows**: the parallel low-pass of the regressor at the rows ``regression_rows`` picks (the
    default decimation, the trim) is a linear map of the ``N`` samples, ``F = lowpass(𝟙_N)[rows]``
    (the same filter applied to the identity, built once per plan): the rows are ``F Y`` with
-   ``Y`` the regressor at every sample, computed on the device and never stored for a whole chunk.
+   ``Y`` the regressor at every sample, computed on the device and never stored for a whole chunk:
+   only its entries the fits use, not identically zero and not another's up to sign, by the
+   straight-line code of ``jaxid.benchmark.entries``.
 3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
-   loop): ``ls_kernel`` (IDIM-LS's one kernel, also ``idim_ls``'s), RLS over its weighted rows
+   loop): ``ls_kernel``'s IDIM-LS (``_ls``: its two least squares by a QR of the rows and an SVD of
+   the ``p × p`` factor, as LAPACK's ``gelsd`` does, instead of an SVD of the rows), RLS over its weighted rows
    (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
    ``idim_ls_consistent``'s covariance mapping).
@@ -42,12 +45,11 @@ from ..estimate.kalman.logs import kalman_filter_batch
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
-from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
+from ..estimate.logs.ls_kernel import LSFit, _jnp_rank_condition, _jnp_unit_columns, newey_west
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
-from ..model.serial_dynamics import _TWO_OVER_PI, _joints
-from ..model.spatial import regressor_entry_parts
 from ..types import Status
+from .entries import entries_function
 
 __all__ = ["BATCHED", "FILTERS", "run_chunk", "batched_fits"]
 
@@ -101,61 +103,100 @@ def _nonzero(arm, states: int = 64) -> np.ndarray:
 
 
 def _entries_regressor(arm, mask: np.ndarray):
-    """``(flat, regressor)``: ``regressor(qf, qd, qdd)`` (each ``(N, n)``) gives the entries ``mask``
-    (``(n, 14 n)``) of ``arm.standard_regressor`` (``serial_dynamics._regressor``) as a list of
-    batch-minor ``(count, N)`` parts, ``flat`` their flat indices in that order: the links' by
-    ``spatial.regressor_entry_parts`` (``rnea_regressor_batched``'s operations for them), the joint
-    columns' (diagonal: armature q'', viscous q', Coulomb (2/π) atan(slope q'), offset 1) as there.
-    Without the transpose of the whole regressor and the entries no fit uses."""
+    """``(flat, index, sign, regressor)``: ``regressor(q, qd, qdd, barrier=None)`` (each ``(n, N)``,
+    batch-minor) gives the distinct rows ``(count, N)`` of the entries ``mask`` (``(n, 14 n)``) of
+    ``arm.standard_regressor`` (``jaxid.benchmark.entries``: straight-line code with the geometry's
+    constants folded in, entries equal up to sign computed once); entry ``e`` is ``sign[e] *
+    rows[index[e]]`` and sits at the flat index ``flat[e]`` of the ``(n, 14 n)`` regressor."""
     n = arm.dof
-    rigid, joint = mask[:, : 10 * n], mask[:, 10 * n :].reshape(n, 4, n)
-    if np.any(joint & ~np.eye(n, dtype=bool)[:, None, :]):
+    mask = np.asarray(mask, dtype=bool).reshape(n, 14 * n)
+    if np.any(mask[:, 10 * n :].reshape(n, 4, n) & ~np.eye(n, dtype=bool)[:, None, :]):
         raise ValueError("the joint columns of the standard regressor are diagonal")
-    which = [np.flatnonzero(joint[:, b].any(axis=1)) for b in range(4)]
-    joints = _joints(arm)
-    dummy = jnp.zeros((n, 1))
-    _, rigid_flat = regressor_entry_parts(joints, dummy, jnp.zeros((3, 1)), dummy, dummy, rigid)
-    flat = [f // (10 * n) * 14 * n + f % (10 * n) for f in rigid_flat]
-    flat += [w * (14 * n + 1) + 10 * n + b * n for b, w in enumerate(which) if w.size]
+    regressor, index, sign = entries_function(arm, mask)
+    return np.flatnonzero(mask), index, sign, regressor
 
-    def regressor(qf, qd, qdd):
-        q, qd, qdd = qf.T, qd.T, qdd.T
-        gravity = jnp.broadcast_to(jnp.asarray(arm.gravity, q.dtype)[:, None], (3, q.shape[1]))
-        sign = _TWO_OVER_PI * jnp.arctan(arm.coulomb_slope * qd)
-        values = (qdd, qd, sign, jnp.ones_like(qd))
-        parts, _ = regressor_entry_parts(joints, q, gravity, qd, qdd, rigid)
-        return parts + [values[b][w] for b, w in enumerate(which) if w.size]
 
-    return np.concatenate(flat), regressor
+def _gather(flat, index, sign, count: int, positions: np.ndarray, size: int):
+    """``(rows, signs)`` for the flat regressor ``positions`` (of ``size``): the distinct row (``count``:
+    the zero row) and the sign of each (``_entries_regressor``'s map; a position off ``flat``: zero)."""
+    where = np.full(size, -1)
+    where[flat] = np.arange(len(flat))
+    e = where[positions]
+    return np.where(e >= 0, index[e], count), np.where(e >= 0, sign[e], 0.0)
+
+
+def _solve(a, b):
+    """``lstsq(a, b)``'s solution and ``a``'s singular values, by ``a = Q R`` (``[a | b]``'s R factor
+    gives ``Qᵀ b``) and the SVD of the ``p × p`` ``R``: ``a⁺ b = R⁺ Qᵀ b``, singular values below
+    ``lstsq``'s cut-off (``eps · max(rows, p) · s₀``) dropped as it does. ``(x, s, v, inverse_s)``:
+    ``a``'s right singular vectors ``v`` and ``1/s`` (0 past the cut-off), so ``(aᵀa)⁻¹ = v diag(1/s²) vᵀ``.
+    What LAPACK's ``gelsd`` does for a tall matrix (a QR first), on ``p + 1`` columns."""
+    rows, p = a.shape
+    r = jnp.linalg.qr(jnp.concatenate([a, b[:, None]], axis=1), mode="r")
+    u, s, vt = jnp.linalg.svd(r[:p, :p])
+    cut = jnp.finfo(a.dtype).eps * max(rows, p) * s[0]
+    inverse_s = jnp.where(s > cut, 1.0 / jnp.where(s > cut, s, 1.0), 0.0)
+    x = vt.T @ (inverse_s * (u.T @ r[:p, p]))
+    return x, s, vt.T, inverse_s
+
+
+def _ls(w, y, lags: int) -> LSFit:
+    """``ls_kernel(w, y, True, keep_first=False, lags=lags)``, the two least squares by ``_solve``
+    instead of ``jnp.linalg.lstsq``'s SVD of the whole ``(rows · n) × p`` matrix, and ``(AᵀA)⁻¹`` from
+    the second's SVD instead of an inverse of ``AᵀA``: the same estimate, covariance, ranks and
+    condition to round-off (``tests/test_benchmark_batched.py``)."""
+    rows, joints, p = w.shape
+    flat = w.reshape(-1, p)
+    scale0 = _jnp_unit_columns(flat)
+    x0, s0, _, _ = _solve(flat / scale0, y.reshape(-1))
+    first_rank, _ = _jnp_rank_condition(flat, s0)
+    resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
+    sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
+    ws = (w / sigma[None, :, None]).reshape(-1, p)
+    scale = _jnp_unit_columns(ws)
+    a = ws / scale
+    x, s, v, inverse_s = _solve(a, (y / sigma).reshape(-1))
+    theta = x / scale
+    resid = y - jnp.einsum("njp,p->nj", w, theta)
+    inverse = (v * inverse_s**2) @ v.T
+    if lags == 0:
+        variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
+        covariance = variance * inverse / jnp.outer(scale, scale)
+    else:
+        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags) / jnp.outer(scale, scale)
+    rank, condition = _jnp_rank_condition(a, s)
+    return LSFit(theta, covariance, rank, condition, jnp.sqrt(jnp.mean(resid**2, axis=0)), sigma, first_rank)
 
 
 def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
-    standard regressor per sample serves both, low-passed once. Only its entries that the fits use
-    and that are not identically zero (``_nonzero``; 163 of the UR5's 504 for IDIM-LS) go through the
-    low-pass ``F``, as one ``(rows, N) @ (N, entries)`` product; the others are exact zeros."""
+    standard regressor per sample serves both, low-passed once. Only its entries that the fits use,
+    that are not identically zero (``_nonzero``; 163 of the UR5's 504 for IDIM-LS) and that are not
+    another's up to sign (123 of those 163) are computed and go through the low-pass ``F``, as one
+    ``(entries, N) @ (N, rows)`` product; the others are exact zeros or copies."""
     n, s = arm.dof, 14 * arm.dof
     needed = np.zeros((n, s), dtype=bool)
     needed[:, columns] = True
     if consistent:
         needed |= (np.asarray(keep) != 0)[None, :]
-    flat, regressor = _entries_regressor(arm, needed & _nonzero(arm))  # flat: into the (n · s) regressor
-    where = np.full(n * s, len(flat))  # each flat entry's row of [F Y_entries, 0]
-    where[flat] = np.arange(len(flat))
+    flat, index, sign, regressor = _entries_regressor(arm, needed & _nonzero(arm))
+    count = int(index.max()) + 1
+    base = (np.arange(n)[:, None] * s + np.asarray(columns)[None, :]).ravel()  # (n p,) flat positions of Y_B
+    base_rows, base_signs = _gather(flat, index, sign, count, base, n * s)
+    all_rows, all_signs = _gather(flat, index, sign, count, np.arange(n * s), n * s)
+    p = len(columns)
 
-    def lowpassed(band_t, qf, qd, qdd):
-        """``F Y`` ``(rows, n, 14 n)``: the low-passed standard regressor at the rows (``band_t = Fᵀ``)."""
-        filtered = [part @ band_t for part in regressor(qf, qd, qdd)]  # (entries, rows) in parts
-        padded = jnp.concatenate([*filtered, jnp.zeros((1, band_t.shape[1]), band_t.dtype)])
-        return padded[where].T.reshape(band_t.shape[1], n, s)
+    def lowpassed(band_t, qf, qd, qdd, barrier):
+        """``F Y``'s distinct rows ``(count + 1, rows)`` (a zero row last; ``band_t = Fᵀ``)."""
+        filtered = regressor(qf, qd, qdd, barrier) @ band_t
+        return jnp.concatenate([filtered, jnp.zeros((1, band_t.shape[1]), band_t.dtype)])
 
     def one(args):
-        band, qf, qd, qdd, y, prior = args
-        full = lowpassed(band, qf, qd, qdd)
-        w = full[..., columns]
-        fit = ls_kernel(w, y, True, keep_first=False, lags=lags)
-        p = w.shape[-1]
+        band, qf, qd, qdd, y, prior, barrier = args
+        rows_f = lowpassed(band, qf, qd, qdd, barrier)
+        w = (rows_f[base_rows] * base_signs[:, None]).T.reshape(-1, n, p)
+        fit = _ls(w, y, lags)
         out = {
             "ls_theta": fit.theta,
             "ls_cov": fit.covariance,
@@ -179,6 +220,7 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
             out["rls_theta"] = theta / scale
             out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
         if consistent:
+            full = (rows_f[all_rows] * all_signs[:, None]).T.reshape(-1, n, s)
             ws = full * keep / sigma[None, :, None]
             est = consistent_least_squares(ws, yw, consistent_arm, prior=prior, correlation_lags=lags)
             out["consistent_theta"] = to_model(est.standard)
@@ -188,8 +230,8 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
             out["consistent_status"] = est.status
         return out
 
-    def local(band, qf, qd, qdd, y, prior):
-        return jax.lax.map(lambda t: one((band, *t, prior)), (qf, qd, qdd, y))
+    def local(band, qf, qd, qdd, y, prior, barrier):
+        return jax.lax.map(lambda t: one((band, *t, prior, barrier)), (qf, qd, qdd, y))
 
     if ndev > 1:
         mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:ndev]), ("trials",))
@@ -197,7 +239,7 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
         local = jax.shard_map(
             local,
             mesh=mesh,
-            in_specs=(shared, spec, spec, spec, spec, shared),
+            in_specs=(shared, spec, spec, spec, spec, shared, shared),
             out_specs=spec,
             check_vma=False,
         )
@@ -241,7 +283,9 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     program = _program(plan, consistent, "rls" in estimators, ndev)
     cmap = model.consistent
     prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
-    out = program(jnp.asarray(np.ascontiguousarray(band.T)), *(jnp.asarray(pad(x)) for x in (qf, qd, qdd, y)), prior)
+    states = (jnp.asarray(np.ascontiguousarray(np.swapaxes(pad(x), 1, 2))) for x in (qf, qd, qdd))  # (trials, n, N)
+    band_t = jnp.asarray(np.ascontiguousarray(band.T))
+    out = program(band_t, *states, jnp.asarray(pad(y)), prior, jnp.asarray(True))
     out = {k: np.asarray(v)[:count] for k, v in out.items()}
     out.update(qf=qf, qd=qd, qdd=qdd, tau=tau_f, rows=rows, trim=trim, samples=len(rows))
     return out
