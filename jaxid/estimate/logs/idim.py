@@ -31,6 +31,7 @@ are those of the weighted regressor with unit-norm columns (the scale-free condi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -38,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .data import FilteredLog, Known, Regressor, rowwise
-from .ls_kernel import _ls_kernel_jit
+from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit
 
 __all__ = [
     "Identification",
@@ -140,6 +141,35 @@ def _stack(logs, regressor, rows, parallel=True, known=None):
             ws.append(rowwise(regressor, q, qd, qdd))
             ys.append(tau[idx])
     return np.concatenate(ws), np.concatenate(ys)  # (rows, n, p), (rows, n)
+
+
+def _row_bucket(rows: int) -> int:
+    """``rows`` rounded up to a multiple of an eighth of the next power of two (at most 8 sizes per
+    octave, at most 14 % padding): the padded size of ``_ls_rows``."""
+    step = 2 ** max(0, math.ceil(math.log2(max(rows, 1))) - 3)
+    return -(-rows // step) * step
+
+
+def _ls_rows(w: np.ndarray, y: np.ndarray, weighted: bool, lags: int):
+    """``ls_kernel`` on the stacked rows: CholeskyQR2 on rows zero-padded to ``_row_bucket`` (a fit's many
+    least squares on different numbers of rows: cut-off candidates, folds, jackknife, share a few
+    compiled programs), and LAPACK's SVD on the rows as they are where that is not exact (a
+    non-finite result, a rank-deficient first problem, a condition number beyond ``CHOLQR_CONDITION``)."""
+    rows, p = w.shape[0], w.shape[-1]
+    size = _row_bucket(rows)
+    wp = np.zeros((size,) + w.shape[1:])
+    yp = np.zeros((size,) + y.shape[1:])
+    wp[:rows], yp[:rows] = w, y
+    fit = _ls_kernel_jit(jnp.asarray(wp), jnp.asarray(yp), weighted, True, lags, "cholqr", rows)
+    exact = (
+        int(fit.first_rank) == p
+        and float(fit.condition) <= CHOLQR_CONDITION
+        and np.all(np.isfinite(np.asarray(fit.theta)))
+        and np.all(np.isfinite(np.asarray(fit.covariance)))
+    )
+    if exact:
+        return fit
+    return _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), weighted, True, lags, "svd")
 
 
 def _scaled(w):
@@ -279,7 +309,7 @@ def idim_ls(
             lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
         elif int(lags) != lags or lags < 0:
             raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
-        fit = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), weighted, True, int(lags))
+        fit = _ls_rows(w, y, weighted, int(lags))
         if int(fit.first_rank) < len(names):
             a, scale = np.asarray(fit.first_scaled), np.asarray(fit.first_scale)
             _check_rank(int(fit.first_rank), names, a, scale)

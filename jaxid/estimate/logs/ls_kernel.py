@@ -14,13 +14,15 @@ from ..consistency.covariance import _bartlett_meat
 __all__ = ["LSFit", "ls_kernel", "newey_west"]
 
 
-def newey_west(bread, scores_rows, residual, block: int, lags: int):
+def newey_west(bread, scores_rows, residual, block: int, lags: int, rows=None):
     """``N/(N − p) · B M Bᵀ``, symmetrised: the Newey-West covariance of a least-squares (``B =
     (AᵀA)⁻¹``, scores ``A``) or IV (``B = (ZᵀW)⁻¹``, scores ``Z``) estimate, ``M`` the Bartlett
-    estimate over ``lags`` row times of ``block`` rows (``consistency.covariance._bartlett_meat``)."""
-    rows, p = scores_rows.shape
+    estimate over ``lags`` row times of ``block`` rows (``consistency.covariance._bartlett_meat``).
+    ``rows``: ``N`` without zero padding (default all of ``scores_rows``)."""
+    n_rows, p = scores_rows.shape
+    rows = n_rows if rows is None else rows
     meat = _bartlett_meat(jnp.asarray(scores_rows), jnp.asarray(residual), block, lags)
-    sandwich = rows / max(rows - p, 1) * bread @ meat @ bread.T
+    sandwich = rows / jnp.maximum(rows - p, 1) * bread @ meat @ bread.T
     return 0.5 * (sandwich + sandwich.T)
 
 
@@ -50,17 +52,52 @@ def _jnp_unit_columns(a):
     return jnp.where(scale > 0, scale, 1.0)
 
 
-def _jnp_rank_condition(a, s=None):
+def _jnp_rank_condition(a, s=None, rows=None):
     """``_rank_condition`` in JAX: NumPy's ``matrix_rank`` tolerance, scale-free condition number.
     ``s``: ``a``'s singular values if known (``jnp.linalg.lstsq`` returns them, as LAPACK's ``gelsd``
-    does NumPy's: no second SVD)."""
+    does NumPy's: no second SVD). ``rows``: ``a``'s rows without zero padding (default all)."""
     s = jnp.linalg.svd(a, compute_uv=False) if s is None else s
-    tol = max(a.shape) * jnp.finfo(a.dtype).eps * s[0]
+    size = max(a.shape) if rows is None else jnp.maximum(rows, a.shape[1])
+    tol = size * jnp.finfo(a.dtype).eps * s[0]
     cond = jnp.where(s[-1] > 0, s[0] / s[-1], jnp.inf)
     return jnp.sum(s > tol), cond
 
 
-def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 0) -> LSFit:
+#: ``solver = "cholqr"`` is trusted up to this scale-free condition number: CholeskyQR2's ``Q`` is then
+#: orthogonal to working precision (Yamamoto, Nakatsukasa, Yanagisawa & Fukaya 2015: for
+#: ``κ(A) ≲ u^{-1/2} ≈ 7e7``), so its ``R``, solution and singular values are those of a Householder QR.
+#: Beyond it (or a non-finite factor: a rank-deficient ``A``) ``idim_ls`` solves again by ``"svd"``.
+CHOLQR_CONDITION = 1e7
+
+
+def _cholqr_solve(a, b):
+    """``(x, s, inverse)``: the least-squares solution of ``a x ≈ b``, ``a``'s singular values and
+    ``(aᵀa)⁻¹``, by CholeskyQR2 (``R₁ = chol(aᵀa)``, ``Q₁ = a R₁⁻¹``, ``R₂ = chol(Q₁ᵀQ₁)``, ``R = R₂R₁``,
+    ``x = R⁻¹ R₂⁻ᵀ Q₁ᵀ b``) and the SVD of the ``p × p`` ``R``: four passes of matrix products over the
+    tall ``a``, where LAPACK's SVD-based ``gelsd`` (``jnp.linalg.lstsq``) bidiagonalises it (2.3 s
+    against ~0.2 s for 42 000 × 58 on this machine). Exact for ``CHOLQR_CONDITION``-conditioned ``a``;
+    a rank-deficient ``a`` gives non-finite results (the caller then takes ``"svd"``). Zero rows
+    (padding) change nothing."""
+    from jax.scipy.linalg import solve_triangular
+
+    r1 = jnp.linalg.cholesky(a.T @ a).T
+    q1 = solve_triangular(r1, a.T, trans=1).T
+    r2 = jnp.linalg.cholesky(q1.T @ q1).T
+    r = r2 @ r1
+    x = solve_triangular(r, solve_triangular(r2, q1.T @ b, trans=1))
+    r_inv = solve_triangular(r, jnp.eye(a.shape[1], dtype=a.dtype))
+    return x, jnp.linalg.svd(r, compute_uv=False), r_inv @ r_inv.T
+
+
+def _svd_solve(a, b):
+    """``(x, s, inverse)`` as ``_cholqr_solve``, by LAPACK's SVD-based ``gelsd`` (``jnp.linalg.lstsq``)."""
+    x, _, _, s = jnp.linalg.lstsq(a, b)
+    return x, s, jnp.linalg.inv(a.T @ a)
+
+
+def ls_kernel(
+    w, y, weighted: bool = True, keep_first: bool = True, lags: int = 0, solver: str = "svd", count=None
+) -> LSFit:
     """IDIM-LS on stacked rows, pure JAX (``jit``/``vmap``-able): the one least-squares kernel of
     ``idim_ls`` (on logs) and the benchmark's batched trials (``jaxid.benchmark.batched``).
 
@@ -75,37 +112,45 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
     rows/(rows − p)`` with ``M`` the Bartlett estimate over ``L`` row times of the scores ``Aₜᵀ eₜ``
     (``jaxid.estimate.consistency.covariance._bartlett_meat``, as the consistent LS). ``L = 0``: the
     covariance above, for independent residuals.
+    ``solver``: ``"svd"`` (LAPACK's ``gelsd``, any rank) or ``"cholqr"`` (CholeskyQR2, ``_cholqr_solve``:
+    an order of magnitude faster on tall rows, exact up to ``CHOLQR_CONDITION``; the caller checks
+    ``condition`` and the results' finiteness and falls back). ``count``: the number of rows before zero
+    padding (traced; default all): ``idim_ls`` pads the rows to a few sizes so that fits on different
+    numbers of rows (folds, cut-offs, runs of any length) share compiled programs; zero rows change
+    neither the solution nor the scores.
     """
     rows, joints, p = w.shape
+    solve = _cholqr_solve if solver == "cholqr" else _svd_solve
+    n_rows = rows if count is None else count
     scale0 = _jnp_unit_columns(w.reshape(-1, p))
     a0 = (w / scale0).reshape(-1, p)
     if weighted:
-        x0, _, _, s0 = jnp.linalg.lstsq(a0, y.reshape(-1))
-        first_rank, _ = _jnp_rank_condition(a0, s0)
+        x0, s0, _ = solve(a0, y.reshape(-1))
+        first_rank, _ = _jnp_rank_condition(a0, s0, n_rows * joints)
         resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
-        sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
+        sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (n_rows - p / joints))
     else:
-        first_rank, _ = _jnp_rank_condition(a0)
+        first_rank, _ = _jnp_rank_condition(a0, None, n_rows * joints)
         sigma = jnp.ones(joints, w.dtype)
     ws = (w / sigma[None, :, None]).reshape(-1, p)
     scale = _jnp_unit_columns(ws)
     a = ws / scale
-    x, _, _, s = jnp.linalg.lstsq(a, (y / sigma).reshape(-1))
+    x, s, inverse = solve(a, (y / sigma).reshape(-1))
     theta = x / scale
     resid = y - jnp.einsum("njp,p->nj", w, theta)
-    inverse = jnp.linalg.inv(a.T @ a)
     if lags == 0:
-        variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
+        variance = jnp.sum((resid / sigma) ** 2) / jnp.maximum(n_rows * joints - p, 1)
         covariance = variance * inverse / jnp.outer(scale, scale)
     else:
-        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags) / jnp.outer(scale, scale)
-    rank, condition = _jnp_rank_condition(a, s)
+        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags, n_rows * joints)
+        covariance = covariance / jnp.outer(scale, scale)
+    rank, condition = _jnp_rank_condition(a, s, n_rows * joints)
     return LSFit(
         theta,
         covariance,
         rank,
         condition,
-        jnp.sqrt(jnp.mean(resid**2, axis=0)),
+        jnp.sqrt(jnp.sum(resid**2, axis=0) / n_rows),
         sigma,
         first_rank,
         a0 if keep_first else None,
@@ -113,4 +158,4 @@ def ls_kernel(w, y, weighted: bool = True, keep_first: bool = True, lags: int = 
     )
 
 
-_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4))
+_ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4, 5))

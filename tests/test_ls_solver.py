@@ -1,0 +1,60 @@
+"""IDIM-LS's CholeskyQR2 solver and its zero-padded rows (``jaxid.estimate.logs.ls_kernel``, ``idim._ls_rows``)
+against LAPACK's SVD-based least squares on the same rows, and its fallback where it is not exact."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxid.estimate.logs.idim import _ls_rows, _row_bucket
+from jaxid.estimate.logs.ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit
+
+ROWS, JOINTS, P = 300, 3, 12
+
+
+def _problem(seed=0, spread=3.0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(ROWS, JOINTS, P)) * np.logspace(0, spread, P)  # columns of very different norms
+    theta = rng.normal(size=P)
+    y = np.einsum("njp,p->nj", w, theta) + rng.normal(size=(ROWS, JOINTS)) * np.array([0.1, 1.0, 3.0])
+    return w, y
+
+
+@pytest.mark.parametrize("lags", [0, 3])
+def test_cholqr_on_padded_rows_equals_lapack_on_the_rows(lags):
+    w, y = _problem()
+    svd = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), True, True, lags, "svd")
+    pad = 37
+    wp = np.concatenate([w, np.zeros((pad, JOINTS, P))])
+    yp = np.concatenate([y, np.zeros((pad, JOINTS))])
+    chol = _ls_kernel_jit(jnp.asarray(wp), jnp.asarray(yp), True, True, lags, "cholqr", ROWS)
+    np.testing.assert_allclose(chol.theta, svd.theta, rtol=1e-11)
+    np.testing.assert_allclose(chol.covariance, svd.covariance, rtol=1e-9, atol=1e-12 * np.abs(svd.covariance).max())
+    np.testing.assert_allclose(chol.residual_std, svd.residual_std, rtol=1e-10)
+    np.testing.assert_allclose(chol.sigma, svd.sigma, rtol=1e-10)
+    np.testing.assert_allclose(chol.condition, svd.condition, rtol=1e-9)
+    assert int(chol.rank) == int(svd.rank) == int(chol.first_rank) == P
+    # The rows as _ls_rows pads them: the same estimate, and the bucket is a few sizes per octave.
+    np.testing.assert_allclose(_ls_rows(w, y, True, lags).theta, svd.theta, rtol=1e-11)
+    assert _row_bucket(ROWS) == 320 and _row_bucket(7000) == 7168 and _row_bucket(1) == 1
+
+
+def test_rank_deficiency_falls_back_to_lapack_and_is_refused_by_name():
+    from jaxid.estimate.logs.idim import _check_rank
+
+    w, y = _problem(seed=1)
+    w[..., 5] = 2.0 * w[..., 4]  # two columns that only a combination identifies
+    fit = _ls_rows(w, y, True, 0)
+    assert int(fit.first_rank) == P - 1  # by the SVD (CholeskyQR2 breaks down on it)
+    names = tuple(f"c{i}" for i in range(P))
+    with pytest.raises(ValueError, match=r"c4.*c5|c5.*c4"):
+        _check_rank(int(fit.first_rank), names, np.asarray(fit.first_scaled), np.asarray(fit.first_scale))
+
+
+def test_ill_conditioned_rows_take_the_svd():
+    w, y = _problem(seed=2)
+    noise = np.random.default_rng(3).normal(size=w.shape[:2]) * np.abs(w[..., 4]).mean()
+    w[..., 5] = w[..., 4] + 1e-9 * noise  # scale-free condition number beyond CholeskyQR2's range, still full rank
+    svd = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), True, True, 0, "svd")
+    assert float(svd.condition) > CHOLQR_CONDITION and int(svd.rank) == P
+    fit = _ls_rows(w, y, True, 0)
+    np.testing.assert_array_equal(np.asarray(fit.theta), np.asarray(svd.theta))  # the SVD's own result
