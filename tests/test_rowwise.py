@@ -56,3 +56,26 @@ def test_each_model_simulated_with_its_own_substeps():
     # The torque prediction is the same through the blocks as the model's torque on the whole log.
     whole = np.asarray(model_torque(regressor, THETA, log.q, log.qd, log.qdd))
     np.testing.assert_allclose(torque_prediction(log, regressor, THETA, band=False), whole, rtol=1e-14, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["ekf", "ukf"])
+def test_padded_filter_steps_leave_the_kalman_filter_as_it_was(kind):
+    # A damped oscillator observed in noise: the filter over T samples, and over T + 13 with the last 13
+    # masked (wild values in them), end in the same state, covariance and likelihood.
+    from jaxid.estimate.kalman.filters import extended_kalman_filter, unscented_kalman_filter
+
+    run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
+    a = jnp.asarray([[1.0, 0.01], [-0.05, 0.99]])
+    rng = np.random.default_rng(4)
+    T, pad = 60, 13
+    ys = jnp.asarray(np.sin(0.2 * np.arange(T))[:, None] + 0.1 * rng.normal(size=(T, 1)))
+    args = (lambda x, u: a @ x + u, lambda x: x[:1], 1e-4 * jnp.eye(2), 0.01 * jnp.eye(1), jnp.zeros(2), jnp.eye(2))
+    inputs = jnp.asarray(0.01 * rng.normal(size=(T, 2)))
+    plain = run(*args, ys, inputs)
+    padded_y = jnp.concatenate([ys, 1e6 * jnp.ones((pad, 1))])
+    padded_u = jnp.concatenate([inputs, 1e6 * jnp.ones((pad, 2))])
+    masked = run(*args, padded_y, padded_u, valid=jnp.arange(T + pad) < T)
+    np.testing.assert_allclose(masked.final_mean, plain.final_mean, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(masked.final_covariance, plain.final_covariance, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(masked.log_likelihood, plain.log_likelihood, rtol=1e-13)
+    np.testing.assert_allclose(masked.filtered_means[:T], plain.filtered_means, rtol=1e-13, atol=1e-15)

@@ -115,17 +115,21 @@ def _ekf_predict(mean, cov, f, Q, u):
     return pred, _symmetrise(jac @ cov @ jac.T + Q)
 
 
-def _run_filter(condition, predict, m0, P0, emissions, inputs, return_covariances):
+def _run_filter(condition, predict, m0, P0, emissions, inputs, return_covariances, valid=None):
     def step(carry, data):
         mean, cov, log_lik, _, _ = carry
-        y, u = data
+        y, u, ok = data
         filt_mean, filt_cov, dll = condition(mean, cov, y)
         pred_mean, pred_cov = predict(filt_mean, filt_cov, u)
         out = (filt_mean, filt_cov) if return_covariances else filt_mean
-        return (pred_mean, pred_cov, log_lik + dll, filt_mean, filt_cov), out
+        new = (pred_mean, pred_cov, log_lik + dll, filt_mean, filt_cov)
+        if valid is not None:  # a padded step leaves the filter as it was (its outputs are dropped)
+            new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, carry)
+        return new, out
 
     init = (m0, P0, jnp.zeros((), m0.dtype), m0, P0)
-    (_, _, log_lik, final_mean, final_cov), outs = jax.lax.scan(step, init, (emissions, inputs))
+    ok = jnp.ones(emissions.shape[0], bool) if valid is None else jnp.asarray(valid, bool)
+    (_, _, log_lik, final_mean, final_cov), outs = jax.lax.scan(step, init, (emissions, inputs, ok))
     means, covs = outs if return_covariances else (outs, None)
     return FilterResult(means, covs, final_mean, final_cov, log_lik)
 
@@ -148,6 +152,7 @@ def extended_kalman_filter(
     *,
     return_covariances: bool = False,
     update_limit: Callable[[Array, Array], Array] | None = None,
+    valid: Array | None = None,
 ) -> FilterResult:
     """First-order extended Kalman filter.
 
@@ -156,7 +161,9 @@ def extended_kalman_filter(
     then predicts with ``u_t``; Jacobians by ``jax.jacfwd``. ``inputs`` is a pytree with leading
     axis ``T`` (or ``None``). ``return_covariances`` (static) keeps the ``(T, n, n)``
     covariances. ``update_limit(mean, proposed)`` (optional, module docstring): ``(n,)`` factors in
-    ``[0, 1]`` on the gain's rows, the covariance that of the scaled gain. Pure;
+    ``[0, 1]`` on the gain's rows, the covariance that of the scaled gain. ``valid`` (optional, ``(T,)``
+    booleans): a step where it is false leaves the filter's state, covariance and likelihood as they
+    were (padding, so that records of different lengths share one compiled program). Pure;
     ``jit``/``vmap``-compatible.
     """
     inputs = _default_inputs(emissions, inputs)
@@ -168,6 +175,7 @@ def extended_kalman_filter(
         emissions,
         inputs,
         return_covariances,
+        valid,
     )
 
 
@@ -218,11 +226,12 @@ def unscented_kalman_filter(
     kappa: float = 0.0,
     return_covariances: bool = False,
     update_limit: Callable[[Array, Array], Array] | None = None,
+    valid: Array | None = None,
 ) -> FilterResult:
     """Unscented Kalman filter, same model and interface as ``extended_kalman_filter``.
 
     ``2n + 1`` sigma points with Wan–van der Merwe weights (``alpha``, ``beta``, ``kappa``
-    static). Exact for a linear-Gaussian model, like the EKF; ``update_limit`` as there.
+    static). Exact for a linear-Gaussian model, like the EKF; ``update_limit`` and ``valid`` as there.
     """
     inputs = _default_inputs(emissions, inputs)
     return _run_filter(
@@ -233,6 +242,7 @@ def unscented_kalman_filter(
         emissions,
         inputs,
         return_covariances,
+        valid,
     )
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ... import linalg
 from ..logs.data import FilteredLog, Known, Regressor, model_torque
-from ..logs.idim import Identification
+from ..logs.idim import Identification, _row_bucket
 from ..logs.output_error import angle_noise_std
 from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import extended_kalman_filter, unscented_kalman_filter
@@ -78,11 +78,15 @@ def kalman_filter_fit(
     resid = []
     for d in logs:
         y, stages = _log_arrays(d)
+        # Padded (the last sample repeated) to a few lengths per octave, the padding masked: logs of any
+        # length share a compiled program (one per length was 10-30 s each for a six-joint arm).
+        size = _row_bucket(y.shape[0])
+        valid = np.arange(size) < y.shape[0]
         mean, full_cov, filtered_q = _filter_log(
             jnp.asarray(theta),
             jnp.asarray(cov),
-            jnp.asarray(y),
-            jnp.asarray(stages),
+            jnp.asarray(np.concatenate([y, np.repeat(y[-1:], size - y.shape[0], axis=0)])),
+            jnp.asarray(np.concatenate([stages, np.repeat(stages[-1:], size - stages.shape[0], axis=0)])),
             d.q[d.usable.start],
             d.qd[d.usable.start],
             jnp.asarray(prep["r_std"]),
@@ -90,6 +94,7 @@ def kalman_filter_fit(
             jnp.asarray(prep["mass_basis"]),
             jnp.asarray(prep["mass_constant"]),
             jnp.asarray(prep["floor"]),
+            jnp.asarray(valid),
             regressor=regressor,
             known=known,
             kind=kind,
@@ -101,7 +106,7 @@ def kalman_filter_fit(
         if error is not None:
             raise error
         theta, cov = mean[m:], full_cov[m:, m:]
-        resid.append(np.asarray(filtered_q) - y)
+        resid.append(np.asarray(filtered_q)[: y.shape[0]] - y)
     return _identification(kind, tuple(names), theta, cov, np.concatenate(resid), len(logs), prep, velocity_process_std)
 
 
@@ -263,6 +268,7 @@ def _filter_log(
     mass_basis,
     mass_constant,
     mass_floor,
+    valid=None,
     *,
     regressor,
     known,
@@ -273,7 +279,8 @@ def _filter_log(
     """One log through the filter: the final mean and covariance of ``(q, q', θ)`` and the filtered
     angles. Compiled once per model (``regressor``, ``known``: static, hashed by identity), filter,
     step and log length; the data, the start and the noise levels are traced, so the logs of a
-    benchmark's trials share one program."""
+    benchmark's trials share one program. ``valid`` ``(T,)``: the samples that are data (the rest
+    padding, which leaves the filter as it was: ``kalman_filter_fit`` pads every log to a few lengths)."""
     n = q0.shape[0]
     m = 2 * n
     p = theta.shape[0]
@@ -292,7 +299,7 @@ def _filter_log(
     p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
     q = jnp.zeros((m + p, m + p)).at[jnp.arange(n, m), jnp.arange(n, m)].set(velocity_std**2)
     limit = _mass_limit(mass_basis, mass_constant, mass_floor, n)
-    result = run(f, emit, q, jnp.diag(r_std**2), m0, p0, emissions, stages, update_limit=limit)
+    result = run(f, emit, q, jnp.diag(r_std**2), m0, p0, emissions, stages, update_limit=limit, valid=valid)
     return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
 
 
