@@ -1,5 +1,6 @@
 """Cramér–Rao bound: autodiff Fisher information against finite differences and closed forms."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +26,9 @@ def test_sinusoid_closed_form():
     def response(theta):
         return (theta[0] * jnp.cos(5 * t) + theta[1] * jnp.sin(5 * t))[:, None]
 
-    f = crlb.fisher_information(response, jnp.array([0.3, -1.0]), noise_std=sigma, periods=periods)
+    f = jax.jit(lambda th: crlb.fisher_information(response, th, noise_std=sigma, periods=periods))(
+        jnp.array([0.3, -1.0])
+    )
     np.testing.assert_allclose(f, periods * n / (2 * sigma**2) * np.eye(2), atol=1e-9)
     np.testing.assert_allclose(
         crlb.cramer_rao_bound(f), 2 * sigma**2 / (periods * n) * np.eye(2), rtol=1e-12, atol=1e-18
@@ -34,12 +37,18 @@ def test_sinusoid_closed_form():
 
 def test_time_domain_equals_spectral(arm, split):
     theta = arm.parameter_vector(UNKNOWNS)
-    f_time = crlb.fisher_information(
-        crlb.linear_response(arm, split, UNKNOWNS, sample_step=DT), theta, noise_std=(0.01, 0.02), periods=2
-    )
-    f_freq = crlb.linear_fisher_information(
-        arm, split, UNKNOWNS, noise_std=jnp.array([0.01, 0.02]), sample_step=DT, periods=2
-    )
+
+    @eqx.filter_jit  # one program, not op by op
+    def routes(arm, split, theta):
+        f_time = crlb.fisher_information(
+            crlb.linear_response(arm, split, UNKNOWNS, sample_step=DT), theta, noise_std=(0.01, 0.02), periods=2
+        )
+        f_freq = crlb.linear_fisher_information(
+            arm, split, UNKNOWNS, noise_std=jnp.array([0.01, 0.02]), sample_step=DT, periods=2
+        )
+        return f_time, f_freq
+
+    f_time, f_freq = routes(arm, split, theta)
     np.testing.assert_allclose(f_time, f_freq, rtol=1e-10, atol=1e-12 * float(jnp.max(f_freq)))
 
 
@@ -55,8 +64,8 @@ def test_fisher_matches_finite_differences(model, unknowns, split):
     arm = getattr(jaxid, model)()
     sigma, periods = 0.01, 2
     theta = parameter_values(arm, unknowns)
-    response = crlb.linear_response(arm, split, unknowns, sample_step=DT)
-    f_ad = crlb.fisher_information(response, theta, noise_std=sigma, periods=periods)
+    response = jax.jit(crlb.linear_response(arm, split, unknowns, sample_step=DT))  # one program, not op by op
+    f_ad = jax.jit(lambda th: crlb.fisher_information(response, th, noise_std=sigma, periods=periods))(theta)
     h = 1e-6 * jnp.maximum(jnp.abs(theta), 1.0)
     cols = [
         (response(theta + h[i] * e) - response(theta - h[i] * e)) / (2 * h[i])
@@ -93,7 +102,7 @@ def test_the_two_link_urdf_has_the_two_link_arms_bound():
     (about the centre of mass) and ``Iyy1`` (about the joint) differ by a constant ``m r²``."""
     urdf = jaxid.load_arm(ROBOTS / "two_link.urdf")
     arm = jaxid.table1()
-    a, b = jaxid.linearise(urdf), jaxid.linearise(arm)
+    a, b = eqx.filter_jit(jaxid.linearise)(urdf), eqx.filter_jit(jaxid.linearise)(arm)  # not op by op
     for field in ("mass", "stiffness", "damping"):
         np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=0, atol=1e-13)
     exc = jaxid.table2(lines="split", scale=0.25)
@@ -112,13 +121,22 @@ def ur5_hanging():
 
 def test_linearise_any_arm_by_its_own_dynamics(ur5_hanging):
     arm, q0 = ur5_hanging
-    lin = jaxid.linearise(arm, q0)
-    np.testing.assert_allclose(lin.mass, jaxid.mass_matrix(arm, q0), rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(lin.stiffness, jax.jacfwd(lambda q: jaxid.gravity_torque(arm, q))(q0), atol=1e-12)
-    np.testing.assert_allclose(lin.damping, np.diag([20.0, 20.0, 10.0, 2.0, 2.0, 1.0]), atol=1e-12)
     omega = jnp.asarray([0.5, 3.0, 20.0])
-    expected = np.linalg.inv(np.asarray(lin.impedance(omega)))  # LAPACK here, as an independent route
-    np.testing.assert_allclose(lin.frequency_response(omega), expected, rtol=1e-10, atol=1e-14)
+
+    # One compiled program (op by op, the UR5's Jacobians compiled ~150 small kernels: 12-24 s cold).
+    @eqx.filter_jit
+    def routes(arm, q0):
+        lin = jaxid.linearise(arm, q0)
+        mass = jaxid.mass_matrix(arm, q0)
+        stiffness = jax.jacfwd(lambda q: jaxid.gravity_torque(arm, q))(q0)
+        return lin, mass, stiffness, lin.impedance(omega), lin.frequency_response(omega)
+
+    lin, mass, stiffness, impedance, response = routes(arm, q0)
+    np.testing.assert_allclose(lin.mass, mass, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(lin.stiffness, stiffness, atol=1e-12)
+    np.testing.assert_allclose(lin.damping, np.diag([20.0, 20.0, 10.0, 2.0, 2.0, 1.0]), atol=1e-12)
+    expected = np.linalg.inv(np.asarray(impedance))  # LAPACK here, as an independent route
+    np.testing.assert_allclose(response, expected, rtol=1e-10, atol=1e-14)
 
 
 def test_bound_of_a_six_joint_arm_time_domain_equals_spectral(ur5_hanging):
@@ -128,10 +146,16 @@ def test_bound_of_a_six_joint_arm_time_domain_equals_spectral(ur5_hanging):
     exc = jaxid.Multisine(harmonics, 0.5 * jnp.ones((6, 2)), fundamental=2 * np.pi * 0.1)
     unknowns = ("fv1", "fv2", "fv3", "mx2", "Izz1")
     theta = arm.parameter_vector(unknowns)
-    spectral = crlb.linear_fisher_information(arm, exc, unknowns, noise_std=0.01, sample_step=0.05, q0=q0)
-    response = crlb.linear_response(arm, exc, unknowns, sample_step=0.05, q0=q0)
-    assert response(theta).shape == (200, 6)
-    time_domain = crlb.fisher_information(response, theta, noise_std=0.01)
+
+    # Both routes as one compiled program each (op by op they compiled ~400 small kernels: 35-65 s cold).
+    @eqx.filter_jit
+    def routes(arm, exc, q0, theta):
+        spectral = crlb.linear_fisher_information(arm, exc, unknowns, noise_std=0.01, sample_step=0.05, q0=q0)
+        response = crlb.linear_response(arm, exc, unknowns, sample_step=0.05, q0=q0)
+        return spectral, response(theta), crlb.fisher_information(response, theta, noise_std=0.01)
+
+    spectral, samples, time_domain = routes(arm, exc, q0, theta)
+    assert samples.shape == (200, 6)
     np.testing.assert_allclose(spectral, time_domain, rtol=1e-9, atol=1e-12 * np.abs(time_domain).max())
     with pytest.raises(ValueError, match="drives 2 joints but the arm has 6"):
         crlb.linear_crlb(arm, jaxid.table2(), unknowns, noise_std=0.01)
