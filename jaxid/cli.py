@@ -49,11 +49,34 @@ def _setup_jax(
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    _persistent_cache(jax)
     if coordinator:
         # Multi-process (multi-host) run: every process runs the same command with its own id;
         # the trial axis is sharded over the devices of all processes, process 0 writes files.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+
+
+#: The compiled-program cache of the command line, shared by every jaxid command and run (and with the test
+#: suite's): ``$XDG_CACHE_HOME/jaxid/jax`` (default ``~/.cache/jaxid/jax``). JAX's own variables win
+#: (``JAX_COMPILATION_CACHE_DIR`` …); ``JAXID_COMPILATION_CACHE=off`` turns it off.
+CACHE_SUBDIR = ("jaxid", "jax")
+
+
+def _persistent_cache(jax) -> None:
+    """Keep compiled programs on disk between runs: a second ``jaxid fit`` of a six-joint arm loads its
+    ~100 programs (85 s of compiling on the UR5 campaign of ``scripts/bench_fit_cost.py``) instead of
+    compiling them. Entries are keyed by the program, the jax/jaxlib versions and the XLA flags (a
+    stale one is never used); programs that compile in under 0.5 s are not kept; 2 GiB at most (JAX
+    then locks the cache, so concurrent runs share it safely)."""
+    if os.environ.get("JAXID_COMPILATION_CACHE", "").lower() in ("off", "0", "false", "no"):
+        return
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return  # the user's (or the test suite's) own cache and settings
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    jax.config.update("jax_compilation_cache_dir", str(base.joinpath(*CACHE_SUBDIR)))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_compilation_cache_max_size", 2 << 30)
 
 
 def _check_run_args(args) -> str | None:
