@@ -50,6 +50,13 @@ MOVES_RAD = 0.05
 COHERENCE = 0.5
 
 
+#: How ``filter.cutoff_hz = "auto"`` picks the cut-off (``jaxid.fit.cutoff``).
+CUTOFF_RULE = (
+    "the candidate (multiples of the excitation frequency) with the lowest left-out torque RMSE (halves of every training run) of "
+    "IDIM-LS on the training runs (evaluation band, pooled over joints)"
+)
+
+
 def load_logs(config: FitConfig, names: list[str]):
     """``_load_logs`` on one grid: without ``log.sample_step`` each log resamples at its own median stamp
     step; when those differ (stamps of one campaign rarely agree to the microsecond) every log is read

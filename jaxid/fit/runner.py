@@ -23,10 +23,10 @@ from .checks import (
     nominal_warnings,
     validation_warnings,
 )
-from .cutoff import choose_cutoff, filter_all, load_logs
+from .cutoff import CUTOFF_RULE, choose_cutoff, filter_all, load_logs
 from .export import clear_previous_fit, export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
-from .selection import DEFAULT_CANDIDATES, cross_validate, training_folds
+from .selection import DEFAULT_RULE, choose_default_estimate, training_folds
 from .tables import (
     consistency_table,
     frequency_view,
@@ -129,65 +129,11 @@ def _jackknife(config, train, model):
     return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
 
 
-#: How ``validation.headline = "auto"`` picks the default estimate (``jaxid.fit.selection``).
-DEFAULT_RULE = (
-    "the lowest left-out torque RMSE (first vs second halves of every training run) (evaluation band, pooled over joints) among "
-    f"the estimators of {list(DEFAULT_CANDIDATES)} that ran with status ok"
-)
-#: How ``filter.cutoff_hz = "auto"`` picks the cut-off (``jaxid.fit.cutoff``).
-CUTOFF_RULE = (
-    "the candidate (multiples of the excitation frequency) with the lowest left-out torque RMSE (halves of every training run) of "
-    "IDIM-LS on the training runs (evaluation band, pooled over joints)"
-)
-
-
 def _reason(err: BaseException) -> str:
     """One line from an exception: its message, or its type when it has none (no traceback)."""
     text = " ".join(str(err).split())
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(err).__name__}: {text}" if not isinstance(err, ValueError) or not text else text
-
-
-def _default_estimator(config, train_raw, model, estimates, cutoff, flt, val):
-    """``(name, table)``: the default estimate by ``DEFAULT_RULE`` (or the config's ``validation.headline``),
-    and per candidate its leave-one-fold-out torque RMSE beside the nominal parameters' on the same folds."""
-    from ..estimate import IdimLS, make_estimator
-    from .cutoff import filter_all
-
-    folds = training_folds(train_raw)
-    fitted = [list(filter_all(dict(fold), cutoff, flt).values()) for fold in folds]
-    evaluated = [list(filter_all(dict(fold), float(val["band_hz"]), flt).values()) for fold in folds]
-    regression = regression_model(model)
-    start = IdimLS(**config.estimator_options("idim_ls"))
-    wanted = [n for n in DEFAULT_CANDIDATES if n in estimates and estimates[n].status == "ok"]
-    if val["headline"] != "auto":
-        wanted = [val["headline"]] if val["headline"] in wanted else []
-    table = []
-    for name in wanted:
-        estimator = make_estimator(name, config.estimator_options(name))
-
-        def fit(logs, estimator=estimator):
-            ls = start(logs, regression)
-            return np.asarray(model.embed(estimator(logs, regression, start=ls)).value)
-
-        cv = cross_validate(fitted, evaluated, fit, model, nominal=np.asarray(model.fixed_values, dtype=float))
-        table.append(
-            {
-                "estimator": name,
-                "cv_torque_rmse": cv["score"],
-                "nominal_cv_torque_rmse": cv["nominal"],
-                "folds": cv["folds"],
-            }
-        )
-    if val["headline"] != "auto":
-        headline = val["headline"] if val["headline"] in estimates else "idim_ls"
-    elif table and np.isfinite(min(r["cv_torque_rmse"] for r in table)):
-        headline = min(table, key=lambda r: r["cv_torque_rmse"])["estimator"]
-    else:
-        headline = "idim_ls"
-    for r in table:
-        r["chosen"] = r["estimator"] == headline
-    return headline, table
 
 
 def _git_revision() -> str | None:
@@ -274,11 +220,14 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
             return default
 
     fallback = val["headline"] if val["headline"] in estimates else "idim_ls"
-    headline, default_table = attempt(
-        "default_estimate",
-        lambda: _default_estimator(config, train_raw, model, estimates, cutoff, flt, val),
-        (fallback, []),
-    )
+
+    def default_estimate():
+        folds = training_folds(train_raw)
+        fitted = [list(filter_all(dict(fold), cutoff, flt).values()) for fold in folds]
+        evaluated = [list(filter_all(dict(fold), float(val["band_hz"]), flt).values()) for fold in folds]
+        return choose_default_estimate(config, fitted, evaluated, model, estimates)
+
+    headline, default_table = attempt("default_estimate", default_estimate, (fallback, []))
     clock("default_estimate")
     jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
     clock("jackknife")

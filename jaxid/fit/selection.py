@@ -34,7 +34,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_CANDIDATES", "training_folds", "fold_score", "cross_validate"]
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_RULE",
+    "training_folds",
+    "fold_score",
+    "cross_validate",
+    "choose_default_estimate",
+]
 
 #: The estimators eligible as the default estimate (module docstring), in order of preference on ties.
 DEFAULT_CANDIDATES = ("idim_ls_consistent", "idim_ls", "idim_ls_bounded", "rls")
@@ -101,3 +108,52 @@ def cross_validate(fitted, evaluated, fit, model, nominal=None) -> dict[str, flo
     score = math.sqrt(total / count) if count else math.inf
     nominal_score = math.sqrt(nominal_total / nominal_count) if nominal_count else math.nan
     return {"score": score, "nominal": nominal_score, "folds": used}
+
+
+#: How ``validation.headline = "auto"`` picks the default estimate (``jaxid.fit.selection``).
+DEFAULT_RULE = (
+    "the lowest left-out torque RMSE (first vs second halves of every training run) (evaluation band, pooled over joints) among "
+    f"the estimators of {list(DEFAULT_CANDIDATES)} that ran with status ok"
+)
+
+
+def choose_default_estimate(config, fitted, evaluated, model, estimates):
+    """``(name, table)``: the default estimate by ``DEFAULT_RULE`` (or the config's ``validation.headline``),
+    and per candidate its leave-one-fold-out torque RMSE beside the nominal parameters' on the same folds.
+    ``fitted``, ``evaluated``: the ``training_folds``' logs filtered at the fit's cut-off and at the
+    evaluation band (lists of ``FilteredLog`` per fold)."""
+    from ..estimate import IdimLS, make_estimator
+    from .model import regression_model
+
+    val = config.section("validation")
+    regression = regression_model(model)
+    start = IdimLS(**config.estimator_options("idim_ls"))
+    wanted = [n for n in DEFAULT_CANDIDATES if n in estimates and estimates[n].status == "ok"]
+    if val["headline"] != "auto":
+        wanted = [val["headline"]] if val["headline"] in wanted else []
+    table = []
+    for name in wanted:
+        estimator = make_estimator(name, config.estimator_options(name))
+
+        def fit(logs, estimator=estimator):
+            ls = start(logs, regression)
+            return np.asarray(model.embed(estimator(logs, regression, start=ls)).value)
+
+        cv = cross_validate(fitted, evaluated, fit, model, nominal=np.asarray(model.fixed_values, dtype=float))
+        table.append(
+            {
+                "estimator": name,
+                "cv_torque_rmse": cv["score"],
+                "nominal_cv_torque_rmse": cv["nominal"],
+                "folds": cv["folds"],
+            }
+        )
+    if val["headline"] != "auto":
+        headline = val["headline"] if val["headline"] in estimates else "idim_ls"
+    elif table and np.isfinite(min(r["cv_torque_rmse"] for r in table)):
+        headline = min(table, key=lambda r: r["cv_torque_rmse"])["estimator"]
+    else:
+        headline = "idim_ls"
+    for r in table:
+        r["chosen"] = r["estimator"] == headline
+    return headline, table
