@@ -56,9 +56,17 @@ _SECTIONS: dict[str, dict[str, Any]] = {
         "velocities": "differentiate",  # or "measured": the log's velocities (log.velocities), filtered
     },
     "estimators": {"use": ["idim_ls", "idim_ls_bounded", "idim_iv", "output_error", "ekf"]},
+    # (an [arm] urdf/mjcf without estimators.use: SERIAL_ESTIMATORS)
     "validation": {"horizons_s": [0.5, 1.0, 2.0], "start_every_s": 1.0, "headline": "auto", "band_hz": 10.0},
     "frequency": {"harmonics": 5, "min_share": 0.5},
 }
+
+
+#: ``estimators.use`` for an arm read from a URDF or MJCF when the config does not give it: the physically
+#: consistent least squares as well, so that IDIM-IV, output error and the EKF start from an arm that can be
+#: simulated (IDIM-LS's own can have an indefinite mass matrix on a real six-joint arm: IDIM-IV's instruments
+#: were then singular) and the written URDF/MJCF is a fitted arm, not a projection of one.
+SERIAL_ESTIMATORS = ["idim_ls", "idim_ls_bounded", "idim_ls_consistent", "idim_iv", "output_error", "ekf"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,11 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
     both = set(split["train"]) & set(split["test"])
     if both:
         raise config_error(f"split: {sorted(both)} are in both train and test; a held-out run must not be fitted.")
+    arm_table = raw.get("arm", {})
+    if "use" not in raw.get("estimators", {}) and isinstance(arm_table, dict) and {"urdf", "mjcf"} & set(arm_table):
+        resolved["estimators"]["use"] = list(SERIAL_ESTIMATORS)
+    if isinstance(resolved["estimators"]["use"], list):  # a copy: the default's list is never changed
+        resolved["estimators"]["use"] = list(resolved["estimators"]["use"])
     use = resolved["estimators"]["use"]
     if not isinstance(use, list) or not use:
         raise config_error(f"estimators.use must be a non-empty list of {list(ESTIMATOR_NAMES)}.")

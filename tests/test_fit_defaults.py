@@ -1,0 +1,44 @@
+"""``estimators.use`` by default: the two-link list, and for a URDF/MJCF arm the same with the physically
+consistent least squares (``jaxid.config.fit.SERIAL_ESTIMATORS``); a given list is kept as it is."""
+
+from pathlib import Path
+
+import pytest
+
+from jaxid.config.fit import _SECTIONS, SERIAL_ESTIMATORS, parse_fit_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config(arm, estimators=None):
+    raw = {"fit": {"name": "t"}, "arm": arm, "split": {"train": ["run_01"]}}
+    if estimators is not None:
+        raw["estimators"] = estimators
+    return parse_fit_config(raw, path=ROOT / "experiments" / "fits" / "t.toml", data=ROOT)
+
+
+def test_a_urdf_arm_runs_the_consistent_least_squares_by_default():
+    config = _config({"urdf": "../../data/robots/ur5_robot.urdf"})
+    assert config.estimators == SERIAL_ESTIMATORS
+    assert "idim_ls_consistent" in SERIAL_ESTIMATORS and SERIAL_ESTIMATORS[0] == "idim_ls"
+
+
+def test_a_two_link_arm_and_a_given_list_keep_theirs():
+    assert _config({"preset": "double_pendulum"}).estimators == _SECTIONS["estimators"]["use"]
+    given = _config({"urdf": "../../data/robots/ur5_robot.urdf"}, {"use": ["idim_ls", "ekf"]})
+    assert given.estimators == ["idim_ls", "ekf"]
+
+
+def test_the_default_list_is_never_changed_by_a_config():
+    before = list(_SECTIONS["estimators"]["use"])
+    _config({"preset": "double_pendulum"}, {"use": ["ekf"]})  # idim_ls is put first in the config's copy
+    _config({"preset": "double_pendulum"}).estimators.append("rls")
+    assert _SECTIONS["estimators"]["use"] == before
+
+
+@pytest.mark.parametrize("bad", ["idim_ls", []])
+def test_a_use_that_is_not_a_list_is_refused(bad):
+    from jaxid.config.common import ConfigError
+
+    with pytest.raises(ConfigError, match="estimators.use must be a non-empty list"):
+        _config({"preset": "double_pendulum"}, {"use": bad})
