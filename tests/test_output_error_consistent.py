@@ -101,6 +101,7 @@ def test_consistent_output_error_converges_to_a_consistent_arm(ur5_log):
             parametrisation=model.consistent.parametrisation,
             start_z=np.asarray(z0),
             max_iterations=est.iterations + 5,
+            solver="trust_region",
         ),
     )
     assert cost <= old_cost * (1 + 1e-9), (cost, old_cost)

@@ -27,14 +27,33 @@ the states by a banded Cholesky factorisation and solves the ``θ`` Schur comple
 by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
 of two: one compiled program per model and chunk shape, whatever the logs' lengths.
 
-**Solver.** ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method,
-step for step (``jaxid.estimate.logs.shooting.trust_region``), its subproblem solved on those
-normal equations instead of an SVD of the Jacobian: the same iterates as the dense route to
-round-off (``tests/test_output_error_streaming.py``). A trial point is first simulated without the
-Jacobian (``_shooting_residuals``: no tangents) and linearised only once accepted, so a rejected step
-(11 of 30 trial points on the UR5 campaign of ``scripts/bench_fit_cost.py``) costs a residual pass. It
-stops at ``ftol = 1e-8``, ``xtol = 1e-10``, ``gtol = 1e-8`` or after ``max_iterations`` trial points
-(status ``"max_iterations"``). The tangents go through the accelerations' custom JVP
+**Solver** (``solver="gauss_newton"``, the default): ``jaxid.estimate.logs.shooting.gauss_newton``, the
+Gauss–Newton loop it shares with the physically consistent variant: each step solves
+``(JᵀJ + μ D²) δ = −Jᵀr`` on the normal equations (``D²`` the largest diagonal of ``JᵀJ`` met, ``μ`` from
+``damping`` = 1e-6 by Nielsen's rule), a trial point is first simulated without the Jacobian
+(``_shooting_residuals``: no tangents) and linearised only once accepted. It stops (status ``"ok"``) on
+**stationarity**: the undamped Gauss–Newton model at the iterate cannot lower the cost by more than
+``1e-6`` of it (``½ gᵀ(JᵀJ)⁻¹g``, stated in the notes: a first-order certificate far below the cost of one
+standard deviation, ``σ̂²/2 ≈ cost/dof``), or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
+``"max_iterations"`` after ``max_iterations`` passes. ``solver="trust_region"`` is
+``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method step for step
+(``shooting.trust_region``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
+
+**Large residuals: the continuity weight.** Gauss–Newton's model drops ``Σ r_i ∇²r_i``; that is harmless
+while the residuals are small, not where the continuity rows stay large at the optimum. On 100-Hz
+closed-loop logs with torque noise (``scripts/bench_fit_cost.py``'s UR5 campaign: 0.2 N m, filtered at
+5 Hz) the simulation under the measured torque drifts ~1e-2 rad from the next segment's start within
+0.5 s (errors in variables), ~100 angle-noise stds: with ``continuity_weight = 100`` the gaps cannot
+close, the fit is pulled towards one simulation per 50-s log, and along a damped step the gap rows'
+second-order term is ~7× their Gauss–Newton curvature (~200× along the undamped step). Measured on 2 of
+its runs (198 segments): the trust region ends at ``max_iterations`` (cost 2.345e9 after 30 passes,
+0.1 % per pass), Gauss–Newton too (2.2727e9 after 60, ~1e-5 per pass, held-out torque RMSE 0.70 N m
+against 0.32 for the start); with ``continuity_weight = 1`` (a gap of one noise std costs one angle
+sample) Gauss–Newton is ``"ok"`` (stationary) in 6 passes (the trust region in 8), held-out 0.32 N m.
+The weight is the model's statement of how far a segment may miss the next one's start; for such logs
+pass a small one.
+
+The tangents go through the accelerations' custom JVP
 (``jaxid.estimate.logs.data.accelerations``) and through one copy of the model per step
 (``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
 hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
@@ -88,7 +107,7 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification, segment_starts
-from .shooting import normal_equations, schur_complement, segment_sandwich, shooting_cost, trust_region
+from .shooting import gauss_newton, normal_equations, schur_complement, segment_sandwich, shooting_cost, trust_region
 from .shooting_passes import _Chunks, _parametrise, _shooting_blocks, _shooting_residuals  # noqa: F401 (tests)
 from .stepping import stable_substeps, stage_torques
 
@@ -121,6 +140,8 @@ def output_error(
     chunk_segments: int = CHUNK_SEGMENTS,
     substeps: int | None = None,
     lags: int = 0,
+    solver: str = "gauss_newton",
+    damping: float = 1e-6,
 ) -> Identification | tuple[Identification, np.ndarray]:
     """Multiple-shooting output error (see the module docstring).
 
@@ -147,6 +168,10 @@ def output_error(
         lags: the covariance: ``L ≥ 0`` the segment sandwich (``shooting.segment_sandwich``) over ``L``
             neighbouring segments (default 0: segments as independent clusters); ``-1``: ``σ̂² (JᵀJ)⁻¹``,
             white residuals.
+        solver: ``"gauss_newton"`` (default: ``shooting.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
+            the stationarity certificate, ``ftol`` or ``xtol``) or ``"trust_region"`` (scipy's ``trf``
+            step for step, ``shooting.trust_region``: the dense route's iterates).
+        damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting.gauss_newton``).
 
     Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
     parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
@@ -175,19 +200,33 @@ def output_error(
                 f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
             )
     _check_lags(lags)
+    if solver not in ("gauss_newton", "trust_region"):
+        raise ValueError(f"output_error: solver must be 'gauss_newton' or 'trust_region', got {solver!r}.")
     theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
     problem = shooting_problem(
         logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
     )
-    sol = trust_region(
-        problem.linearise, z_start, problem.x0, max_evaluations=max_iterations, evaluate=problem.evaluate
-    )
+    if solver == "gauss_newton":
+        sol, _, _, mu = gauss_newton(
+            problem.linearise,
+            z_start,
+            problem.x0,
+            max_evaluations=max_iterations,
+            evaluate=problem.evaluate,
+            damping=damping,
+        )
+        note = f"solver: Gauss–Newton, {sol.evaluations - 1} steps, μ = {mu:.2g}; {sol.message}"
+    else:
+        sol = trust_region(
+            problem.linearise, z_start, problem.x0, max_evaluations=max_iterations, evaluate=problem.evaluate
+        )
+        note = f"solver: {sol.message}"
     blocks, theta_hat = sol.extra
     # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
     theta_normal = (
         sol.normal if parametrisation is None else normal_equations(blocks, sol.states, problem.linked, problem.scale_c)
     )
-    est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, f"solver: {sol.message}")
+    est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, note)
     return (est, sol.par.copy()) if return_z else est
 
 

@@ -15,13 +15,14 @@ fixed point and keeps the directions ``θ`` does not see where they are): the in
 with its certified duality gap, so a step may end on the consistent set's boundary (a singular
 ``J_i``, a friction at 0) in one go. The states follow (``δx = C_μ⁻¹(−g_x − Bᵀδθ)``). A trial point is
 simulated without the Jacobian; the gain ratio (actual over predicted decrease of the undamped model)
-accepts it and updates ``μ`` (Nielsen's rule; ``D²`` the largest diagonal of ``JᵀJ`` met). It stops
+accepts it and updates ``μ`` (Nielsen's rule; ``D²`` the largest diagonal of ``JᵀJ`` met): the loop
+``shooting.gauss_newton``, shared with plain output error, this module giving its step. It stops
 (status ``"ok"``) as the plain solver does, ``ftol`` (an accepted step with gain ratio > 1/4 lowering
 the cost by less than ``ftol`` times it) or ``xtol`` (step against the unknowns' norm), or on
 **stationarity**: with ``μ ≤ 1e-9`` (undamped to working precision), the step's predicted decrease
 plus half its subproblem's certified duality gap (in ``‖·‖²``) below ``stationarity`` (1e-6) times
 the cost: the linearised constrained problem cannot lower the cost by more, a first-order (KKT)
-certificate, far below the statistical resolution of the cost (1e-6 of it is 0.09-0.3 on the UR5
+certificate, checked before the trial point (that step is not taken), far below the statistical resolution of the cost (1e-6 of it is 0.09-0.3 on the UR5
 benchmark, where ``σ̂² / 2``, the cost of one standard deviation in any direction, is 37-140: residuals
 of 9-17 angle-noise stds). Else ``"max_iterations"`` after
 ``max_iterations`` trial points. The subproblem's gap cannot be certified much below ~5e-8 of the cost
@@ -53,7 +54,7 @@ from ..consistency import consistent_least_squares, is_physically_consistent
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification
 from .output_error import CHUNK_SEGMENTS, _check_lags, shooting_identification, shooting_problem
-from .shooting import _MESSAGES, Factor, Solution, _normal_product
+from .shooting import STATIONARITY, Step, gauss_newton, model_decrease
 
 __all__ = ["output_error_consistent"]
 
@@ -62,10 +63,6 @@ __all__ = ["output_error_consistent"]
 #: constraints couple those directions to ``θ``'s (UR5 ``consistency_poor`` trial 0: ``ρ = 1e-9`` or a
 #: ``1e-6`` on the null space of ``K`` alone, 20-30 lower per step at a cost of 2.2e5, ``max_iterations``).
 PROXIMAL = 1e-15
-
-#: ``stationarity``'s default: the stop when the linearised constrained problem (the step's subproblem,
-#: undamped) cannot lower ``½ |r|²`` by more than this fraction of it (its duality gap included).
-STATIONARITY = 1e-6
 
 #: The steps' certified duality gap, relative to the fit's ``‖r‖²`` (well below ``ftol``).
 GAP = 1e-7
@@ -118,21 +115,15 @@ def output_error_consistent(
     problem = shooting_problem(
         logs, regressor, theta, segment_s, stride, continuity_weight, known, None, chunk_segments, substeps
     )
-    states = problem.x0
-    first = problem.linearise(theta, states)
-    if first is None:
-        raise ValueError("output_error: the residuals are not finite at the start; check the start and the logs.")
-    ne, extra = first
-    evaluations = jacobians = 1
-    d2_par, d2_x = (np.where(c > 0, c, 1.0) ** 2 for c in ne.column_norms())
-    mu, nu = float(damping), 2.0
-    termination, steps, active, worst_gap, certified, unfinished = None, 0, 0, 0.0, None, 0
-    while termination is None and evaluations < max_iterations:
-        factor = Factor(ne, mu * d2_par, mu * d2_x)
+
+    def constrained_step(ne, factor, mu, theta_k, phi):
+        """The step ``δθ = to_model(φ_t) − θ`` with ``φ_t`` the consistent least squares on the damped
+        model's Schur rows (module docstring); the states follow. Its stationarity bound (undamped to
+        working precision, ``μ ≤ 1e-9``, and the subproblem solved): predicted decrease + ½ duality gap."""
         rhs, y = factor.eliminate(-ne.g_par, -ne.g_x)
         lower = _scaled_cholesky(factor.schur)
         rows = lower.T @ np.asarray(jacobian(phi), dtype=float)
-        target = lower.T @ theta + np.linalg.solve(lower, rhs)
+        target = lower.T @ theta_k + np.linalg.solve(lower, rhs)
         # A zero row with target √(2 cost): the subproblem's duality gap is then certified relative to
         # the fit's own ‖r‖² (its rows alone fit exactly where 14 n > p: a relative gap of nothing).
         sub = consistent_least_squares(
@@ -144,46 +135,33 @@ def output_error_consistent(
             regularisation=PROXIMAL,
             gap_tolerance=GAP,
         )
-        phi_t = sub.standard
-        d_par = np.asarray(to_model(phi_t), dtype=float) - theta
+        d_par = np.asarray(to_model(sub.standard), dtype=float) - theta_k
         d_x = factor.states(y, d_par)
-        n_par, n_x = _normal_product(ne, d_par, d_x)
-        predicted = -(0.5 * (d_par @ n_par + np.sum(d_x * n_x)) + ne.g_par @ d_par + np.sum(ne.g_x * d_x))
-        trial_cost = problem.evaluate(theta + d_par, states + d_x)
-        evaluations += 1
-        steps += 1
-        reduction = -np.inf if trial_cost is None else ne.cost - trial_cost
-        ratio = reduction / predicted if predicted > 0 else (1.0 if reduction == predicted == 0 else 0.0)
-        step_norm = np.sqrt(np.sum(d_par**2) + np.sum(d_x**2))
-        x_norm = np.sqrt(np.sum(theta**2) + np.sum(states**2))
-        small_cost = reduction < ftol * ne.cost and ratio > 0.25
-        small_step = step_norm < xtol * (xtol + x_norm)
-        if small_cost or small_step:  # scipy's test, on every trial point
-            termination = 4 if small_cost and small_step else 2 if small_cost else 3
-        # Stationarity: the linearised constrained problem (undamped to working precision) cannot lower
-        # the cost by more than the step did plus the certified gap of its subproblem.
-        bound = predicted + 0.5 * float(sub.duality_gap)
-        if termination is None and mu <= 1e-9 and bound <= stationarity * ne.cost and int(sub.status) == 0:
-            termination, certified = 5, bound / ne.cost
-        trial = problem.linearise(theta + d_par, states + d_x) if reduction > 0 else None
-        if trial is None:
-            mu, nu = mu * nu, 2.0 * nu
-            continue
-        phi, theta, states = phi_t, theta + d_par, states + d_x
-        ne, extra = trial
-        jacobians += 1
-        active, worst_gap = int(sub.active), max(worst_gap, float(sub.duality_gap) / max(float(sub.cost), 1e-300))
-        unfinished += int(sub.status) != int(Status.SUCCESS)
-        mu, nu = mu * max(1 / 3, 1 - (2 * ratio - 1) ** 3), 2.0
-        col_par, col_x = ne.column_norms()
-        d2_par, d2_x = np.maximum(d2_par, col_par**2), np.maximum(d2_x, col_x**2)
-    status = "max_iterations" if termination is None else "ok"
-    message = (
-        f"stationary: the linearised constrained problem lowers the cost by at most {certified:.1e} of it"
-        if termination == 5
-        else _MESSAGES[termination or 0]
+        bound = None
+        if mu <= 1e-9 and int(sub.status) == 0:
+            bound = model_decrease(ne, d_par, d_x) + 0.5 * float(sub.duality_gap)
+        info = (int(sub.active), float(sub.duality_gap) / max(float(sub.cost), 1e-300), int(sub.status))
+        return Step(d_par, d_x, sub.standard, bound, info)
+
+    sol, phi, infos, mu = gauss_newton(
+        problem.linearise,
+        theta,
+        problem.x0,
+        max_evaluations=max_iterations,
+        evaluate=problem.evaluate,
+        step=constrained_step,
+        carry=phi,
+        ftol=ftol,
+        xtol=xtol,
+        damping=damping,
+        stationarity=stationarity,
     )
-    sol = Solution(np.asarray(phi), states, ne, extra, evaluations, jacobians, status, message)
+    steps = sol.evaluations - 1
+    active = infos[-1][0] if infos else 0
+    worst_gap = max((i[1] for i in infos), default=0.0)
+    unfinished = sum(i[2] != int(Status.SUCCESS) for i in infos)
+    sol = sol._replace(par=np.asarray(phi))
+    ne, extra = sol.normal, sol.extra
     blocks, theta_hat = extra
     note = (
         f"solver: constrained Gauss–Newton, {steps} steps, μ = {mu:.2g}, {active} active consistency constraints, "
