@@ -28,6 +28,8 @@ Equal to ``standard_regressor`` to round-off (another association of the same su
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,16 +92,34 @@ class _Rows:
         return [self.dot(x[r], vector) for r in range(len(x))]
 
 
-def _barrier(values: list, flag):
-    """``values`` (scalars) with their rows routed through one ``lax.cond`` on ``flag`` (module docstring)."""
-    where = [k for k, x in enumerate(values) if not _const(x)]
-    if flag is None or not where:
-        return values
-    kept = jax.lax.cond(flag, lambda x: x, lambda x: -x, jnp.stack([values[k] for k in where]))
-    out = list(values)
-    for k, x in zip(where, kept, strict=True):
-        out[k] = x
-    return out
+def _stage(flag, fn, *groups):
+    """``fn(*groups)`` (lists of scalars in, a list of scalars out) as one stage (module docstring):
+    with a runtime boolean ``flag``, its rows are computed inside the true branch of a ``lax.cond`` on
+    ``flag`` (the other branch, zeros, is never taken), so XLA materialises them once and does not
+    fuse the stage into its consumers; constants stay trace-time constants. ``flag=None``: inline."""
+    if flag is None:
+        return fn(*groups)
+    flat = [x for g in groups for x in g]
+    where = [k for k, x in enumerate(flat) if not _const(x)]
+    pattern = {}
+
+    def run(arrays):
+        full = list(flat)
+        for k, x in zip(where, arrays, strict=True):
+            full[k] = x
+        parts, start = [], 0
+        for g in groups:
+            parts.append(full[start : start + len(g)])
+            start += len(g)
+        out = fn(*parts)
+        pattern["out"] = [x if _const(x) else None for x in out]
+        return [x for x in out if not _const(x)]
+
+    arrays = [flat[k] for k in where]
+    shapes = jax.eval_shape(run, arrays)
+    constants = pattern["out"]
+    rows = iter(jax.lax.cond(flag, run, lambda _: [jnp.zeros(x.shape, x.dtype) for x in shapes], arrays))
+    return [next(rows) if x is None else x for x in constants]
 
 
 def _matrix(r: _Rows, joint, q, c, s):
@@ -111,8 +131,11 @@ def _matrix(r: _Rows, joint, q, c, s):
     return [[r.add(f(joint.x0[a, b]), r.mul(f(joint.xc[a, b]), q)) for b in range(6)] for a in range(6)]
 
 
-def _values(arm, mask: np.ndarray, q, qd, qdd, flag):
-    """The scalar of every entry of ``mask`` (order of ``np.flatnonzero``)."""
+def _values(arm, mask: np.ndarray, q, qd, qdd, flag, keep=None):
+    """The scalar of every entry of ``mask`` (order of ``np.flatnonzero``); with ``keep`` (indices
+    into that order), the ``(len(keep), B)`` stack of those entries instead. Stages (``_stage``):
+    the sines and cosines; per joint its link's acceleration, velocity and axes ``s_{j,i}``; per link
+    the columns of ``A_i`` it needs; the entries."""
     n = arm.dof
     r = _Rows()
     joints = _joints(arm)
@@ -120,40 +143,60 @@ def _values(arm, mask: np.ndarray, q, qd, qdd, flag):
     basis = [[[f(x) for x in row] for row in _INERTIA_BASIS[k]] for k in range(10)]
     wanted = [np.flatnonzero(mask[:, 10 * i : 10 * (i + 1)].any(axis=0)) for i in range(n)]
     qs, qds, qdds = list(q), list(qd), list(qdd)
-    trig = _barrier([jnp.cos(x) for x in qs] + [jnp.sin(x) for x in qs], flag)
-    acc = [0.0, 0.0, 0.0] + [-f(g) for g in np.asarray(arm.gravity)]
-    v = None
-    axes = []  # s_{j,i}, j ≤ i: joint j's axis in link i's frame
-    values = {}
-    for i, joint in enumerate(joints):
+    trig = _stage(flag, lambda qs: [jnp.cos(x) for x in qs] + [jnp.sin(x) for x in qs], qs)
+
+    def forward(joint, acc, v, axes, state):
+        """Link ``i``'s ``acc + v + axes`` from link ``i − 1``'s (``v = []``, ``axes = []`` at the base)."""
+        q, c, s, qd, qdd = state
         motion = [f(m) for m in joint.motion]
-        x = _matrix(r, joint, qs[i], trig[i], trig[n + i])
-        acc = [r.add(a, r.mul(m, qdds[i])) for a, m in zip(r.transform(x, acc), motion, strict=True)]
-        own = [r.mul(m, qds[i]) for m in motion]
-        v = own if v is None else [r.add(a, b) for a, b in zip(r.transform(x, v), own, strict=True)]
+        x = _matrix(r, joint, q, c, s)
+        acc = [r.add(a, r.mul(m, qdd)) for a, m in zip(r.transform(x, acc), motion, strict=True)]
+        own = [r.mul(m, qd) for m in motion]
+        v = own if not v else [r.add(a, b) for a, b in zip(r.transform(x, v), own, strict=True)]
         bias = r.transform([[f(b) for b in row] for row in joint.bias], v)
-        acc = [r.add(a, r.mul(b, qds[i])) for a, b in zip(acc, bias, strict=True)]
-        axes = [r.transform(x, s) for s in axes] + [motion]
-        stage = _barrier(acc + v + [e for s in axes for e in s], flag)
-        acc, v = stage[:6], stage[6:12]
-        axes = [stage[12 + 6 * a : 18 + 6 * a] for a in range(len(axes))]
+        acc = [r.add(a, r.mul(b, qd)) for a, b in zip(acc, bias, strict=True)]
+        axes = [e for k in range(0, len(axes), 6) for e in r.transform(x, axes[k : k + 6])]
+        return acc + v + axes + motion
+
+    def columns_of(ks, acc, v):
+        """``A_i[:, k]`` for ``k`` in ``ks``: ``B_k a + v ×* (B_k v)``, ``B_k v = (n, f)``: ``(ω × n + u × f, ω × f)``."""
         omega, u = v[:3], v[3:]
-        columns = []
-        for k in wanted[i]:  # A_i[:, k] = B_k a + v ×* (B_k v), B_k v = (n, f): (ω × n + u × f, ω × f)
+        out = []
+        for k in ks:
             ia, iv = r.transform(basis[k], acc), r.transform(basis[k], v)
             bias_force = [r.add(a, b) for a, b in zip(r.cross(omega, iv[:3]), r.cross(u, iv[3:]), strict=True)]
             bias_force += r.cross(omega, iv[3:])
-            columns += [r.add(a, b) for a, b in zip(ia, bias_force, strict=True)]
-        columns = _barrier(columns, flag)
-        for c, k in enumerate(wanted[i]):
-            for j in range(i + 1):
-                if mask[j, 10 * i + k]:
-                    values[(j, 10 * i + k)] = r.dot(axes[j], columns[6 * c : 6 * c + 6])
-    sign = [_TWO_OVER_PI * jnp.arctan(arm.coulomb_slope * x) for x in qds]
-    for block, joint_rows in enumerate((qdds, qds, sign, [1.0] * n)):
-        for j in range(n):
-            values[(j, 10 * n + block * n + j)] = joint_rows[j]
-    return [values.get((int(j), int(c)), 0.0) for j, c in zip(*np.nonzero(mask), strict=True)]
+            out += [r.add(a, b) for a, b in zip(ia, bias_force, strict=True)]
+        return out
+
+    acc = [0.0, 0.0, 0.0] + [-f(g) for g in np.asarray(arm.gravity)]
+    v, axes = [], []  # axes: s_{j,i}, j ≤ i (joint j's axis in link i's frame), 6 scalars each
+    links = []  # per link (axes, columns)
+    for i, joint in enumerate(joints):
+        state = [qs[i], trig[i], trig[n + i], qds[i], qdds[i]]
+        out = _stage(flag, functools.partial(forward, joint), acc, v, axes, state)
+        acc, v, axes = out[:6], out[6:12], out[12:]
+        links.append((axes, _stage(flag, functools.partial(columns_of, wanted[i]), acc, v)))
+
+    def entries(qds, qdds, *flat_links):
+        values = {}
+        for i in range(n):
+            axes, columns = flat_links[2 * i], flat_links[2 * i + 1]
+            for c, k in enumerate(wanted[i]):
+                for j in range(i + 1):
+                    if mask[j, 10 * i + k]:
+                        values[(j, 10 * i + k)] = r.dot(axes[6 * j : 6 * j + 6], columns[6 * c : 6 * c + 6])
+        sign = [_TWO_OVER_PI * jnp.arctan(arm.coulomb_slope * x) for x in qds]
+        for block, joint_rows in enumerate((qdds, qds, sign, [1.0] * n)):
+            for j in range(n):
+                values[(j, 10 * n + block * n + j)] = joint_rows[j]
+        out = [values.get((int(j), int(c)), 0.0) for j, c in zip(*np.nonzero(mask), strict=True)]
+        if keep is None:
+            return out
+        batch = qds[0].shape
+        return [jnp.stack([jnp.full(batch, out[e], qds[0].dtype) if _const(out[e]) else out[e] for e in keep])]
+
+    return _stage(flag, entries, qds, qdds, *(g for link in links for g in link))
 
 
 def _distinct(values: np.ndarray):
@@ -192,7 +235,6 @@ def entries_function(arm, mask: np.ndarray, states: int = 64):
     keep, index, sign = _distinct(np.asarray(jax.jit(every)(q, qd, qdd)))
 
     def regressor(q, qd, qdd, barrier=None):
-        values = _values(arm, mask, q, qd, qdd, barrier)
-        return jnp.stack([jnp.full(q.shape[1:], values[e], q.dtype) if _const(values[e]) else values[e] for e in keep])
+        return _values(arm, mask, q, qd, qdd, barrier, keep)[0]
 
     return regressor, index, sign
