@@ -58,3 +58,20 @@ def test_ill_conditioned_rows_take_the_svd():
     assert float(svd.condition) > CHOLQR_CONDITION and int(svd.rank) == P
     fit = _ls_rows(w, y, True, 0)
     np.testing.assert_array_equal(np.asarray(fit.theta), np.asarray(svd.theta))  # the SVD's own result
+
+
+def test_jackknife_fits_equal_idim_ls_on_each_subset(lab_log, lab_fit):
+    # idim_ls_left_out (each log's rows built once) against idim_ls refitted on every subset.
+    import jaxid
+    from jaxid.estimate.logs import filter_log, idim_ls
+    from jaxid.estimate.logs.idim import idim_ls_left_out
+
+    _, parquet, _, _ = lab_log
+    _, base, regressor, _, _ = lab_fit
+    measured = jaxid.load_log(parquet)
+    edges = np.linspace(0.0, measured.duration, 4)
+    logs = [filter_log(measured.window(a, b), 20.0) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    left_out = idim_ls_left_out(logs, regressor, base.names)
+    for i, theta in enumerate(left_out):
+        subset = [d for j, d in enumerate(logs) if j != i]
+        np.testing.assert_allclose(theta, idim_ls(subset, regressor, base.names).value, rtol=1e-9, atol=1e-12)

@@ -114,17 +114,24 @@ def _jackknife(config, train, model):
     """
     if len(train) < 2:
         return None
+    from ..estimate.logs.idim import idim_ls_left_out
+
     estimator = make_estimator("idim_ls", config.estimator_options("idim_ls"))
     regression = regression_model(model)
-    fits = []
-    for left_out in train:
-        data = [d for n, d in train.items() if n != left_out]
-        try:
-            est = estimator(data, regression)
-        except ValueError:
-            return None  # a single run may not excite every parameter
-        fits.append(np.asarray(model.embed(est).value))
-    fits = np.stack(fits)
+    if estimator.constraint != "none":
+        return None  # the jackknife is of the plain least squares (a bounded fit's has no such formula)
+    thetas = idim_ls_left_out(
+        list(train.values()),
+        regression.regressor,
+        regression.names,
+        decimate=estimator.decimate,
+        weighted=estimator.weighting == "joint",
+        known=regression.known,
+    )
+    if any(theta is None for theta in thetas):
+        return None  # a single run may be the only one that excites a parameter
+    fits = np.tile(np.asarray(model.fixed_values, dtype=float), (len(thetas), 1))
+    fits[:, list(model.free)] = np.stack(thetas)
     n = len(fits)
     return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
 

@@ -44,6 +44,7 @@ from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit
 __all__ = [
     "Identification",
     "idim_ls",
+    "idim_ls_left_out",
     "default_decimation",
     "segment_starts",
     "regression_rows",
@@ -341,6 +342,32 @@ def idim_ls(
     x = _solve(a, b, bounds, scale)
     theta = x / scale
     return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale)
+
+
+def idim_ls_left_out(
+    logs: Sequence[FilteredLog],
+    regressor: Regressor,
+    names: Sequence[str],
+    *,
+    decimate: int | None = None,
+    weighted: bool = True,
+    parallel: bool = True,
+    known: Known | None = None,
+) -> list[np.ndarray | None]:
+    """IDIM-LS's estimate with each log left out in turn (a jackknife): ``θ_(i)``, the estimate of
+    ``idim_ls`` on every log but ``logs[i]`` (the same rows and kernel), or ``None`` where that fit is
+    rank-deficient (a left-out log may be the only one that excites a parameter). Each log's rows are
+    built and low-passed once, not once per fit."""
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    stacks = [_stack([d], regressor, regression_rows([d], decimate), parallel, known) for d in logs]
+    out = []
+    for i in range(len(logs)):
+        w = np.concatenate([s[0] for j, s in enumerate(stacks) if j != i])
+        y = np.concatenate([s[1] for j, s in enumerate(stacks) if j != i])
+        fit = _ls_rows(w, y, weighted, 0)
+        out.append(np.asarray(fit.theta) if int(fit.first_rank) == len(names) else None)
+    return out
 
 
 def _ls_result(method, names, theta, w, y, sigma, a, scale, iterations=0, notes="", status="ok", sandwich=None):
