@@ -179,6 +179,41 @@ def _check_design(arm, criterion, harmonics, period, limits, noise_std, steps, s
     return limits, jnp.broadcast_to(jnp.asarray(std), (arm.dof,))
 
 
+# Module-level compiled functions (arrays traced, the rest static): a ``design_trajectory`` call with the
+# shapes and options of an earlier one reuses its program. Closures built inside each call were traced
+# and compiled again every time (~20 s for a two-joint arm), even at the same options.
+@eqx.filter_jit
+def _solve(z0, arm, base, std, magnitudes, lim: _Limits, criterion: str, options: tuple, steps: int, tolerance: float):
+    """BFGS from ``z0`` on ``log`` of the criterion, then the exact rescaling: ``(trajectory, steps taken)``;
+    ``options = (period, samples, periods, margin, column_scaling)``."""
+    period, samples, periods, margin, column_scaling = options
+
+    def objective(z, args):
+        traj = _smooth_trajectory(z, lim, period, samples, margin)
+        if criterion == "bound":
+            value = relative_bound_trace(
+                arm, base, traj, noise_std=std, magnitudes=magnitudes, samples=samples, periods=periods
+            )
+        else:
+            value = regressor_condition(arm, base, traj, samples=samples, column_scaling=column_scaling)
+        return jnp.log(value)
+
+    solver = optx.BFGS(rtol=tolerance, atol=tolerance)
+    sol = optx.minimise(objective, solver, z0, max_steps=steps, throw=False)
+    traj = _exact_rescale(_smooth_trajectory(sol.value, lim, period, samples, margin), lim, margin)
+    return traj, sol.stats["num_steps"]
+
+
+@eqx.filter_jit
+def _evaluate(traj, arm, base, std, magnitudes, options: tuple) -> tuple[Array, Array]:
+    """``(relative_bound_trace, regressor_condition)`` of ``traj``."""
+    _, samples, periods, _, column_scaling = options
+    bound = relative_bound_trace(
+        arm, base, traj, noise_std=std, magnitudes=magnitudes, samples=samples, periods=periods
+    )
+    return bound, regressor_condition(arm, base, traj, samples=samples, column_scaling=column_scaling)
+
+
 def design_trajectory(
     arm: AbstractArm,
     *,
@@ -256,35 +291,16 @@ def design_trajectory(
             raise ValueError(f"start.period {start.period} differs from period {period}.")
         first = [start]
 
-    def bound(traj):
-        return relative_bound_trace(
-            arm, base, traj, noise_std=std, magnitudes=magnitudes, samples=samples, periods=periods
-        )
-
-    def condition(traj):
-        return regressor_condition(arm, base, traj, samples=samples, column_scaling=column_scaling)
-
-    measure = bound if criterion == "bound" else condition
-
-    @eqx.filter_jit
-    def solve(z0):
-        def objective(z, args):
-            return jnp.log(measure(_smooth_trajectory(z, lim, period, samples, margin)))
-
-        solver = optx.BFGS(rtol=tolerance, atol=tolerance)
-        sol = optx.minimise(objective, solver, z0, max_steps=steps, throw=False)
-        traj = _exact_rescale(_smooth_trajectory(sol.value, lim, period, samples, margin), lim, margin)
-        return traj, sol.stats["num_steps"]
-
-    evaluate = eqx.filter_jit(lambda traj: (bound(traj), condition(traj)))
+    options = (period, samples, periods, margin, column_scaling)
     runs = []
     for traj0 in first:
         deviation = (traj0.offset - lim.middle) / (0.5 * margin * lim.half_range)
         if not bool(jnp.all(jnp.abs(deviation) < 1)):
             raise ValueError("start offsets must lie within margin / 2 of each joint's half range about its middle.")
         z0 = (jnp.arctanh(deviation), traj0.a, traj0.b)
-        traj, iterations = solve(z0)
-        values0, values1 = evaluate(traj0), evaluate(traj)
+        traj, iterations = _solve(z0, arm, base, std, magnitudes, lim, criterion, options, steps, tolerance)
+        values0 = _evaluate(traj0, arm, base, std, magnitudes, options)
+        values1 = _evaluate(traj, arm, base, std, magnitudes, options)
         runs.append((traj0, traj, int(iterations), [float(v) for v in values0], [float(v) for v in values1]))
     index = 0 if criterion == "bound" else 1
     start_values = np.array([r[3][index] for r in runs])

@@ -19,9 +19,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float
 
-from ..estimate.crlb import linear_crlb
+from ..estimate.crlb import linear_crlb, linear_phasors
 from ..model import AbstractArm, TwoLinkArm, validate_unknowns
 from ..simulation.open_loop import transient_periods
 from .multisine import Multisine
@@ -200,6 +200,37 @@ class LineDesign(eqx.Module):
     seconds: float = eqx.field(static=True)
 
 
+def _with_shares(excitation: Multisine, power: Array, v: Array) -> Multisine:
+    return excitation.replace(amplitudes=jnp.sqrt(power * jax.nn.softmax(v, axis=1)))
+
+
+def _relative_bound(ex, arm, unknowns, std, theta, q0, sample_step, periods) -> Array:
+    c = linear_crlb(arm, ex, unknowns, noise_std=std, sample_step=sample_step, periods=periods, q0=q0)
+    return jnp.diag(c) / theta**2
+
+
+# Module-level compiled functions (arrays traced, the rest static): a ``design_line_amplitudes`` call
+# with the shapes and options of an earlier one reuses its programs instead of compiling new closures.
+@eqx.filter_jit
+def _solve_shares(v0, arm, excitation, unknowns, std, theta, power, q0, sample_step, periods, steps, tolerance):
+    import optimistix as optx
+
+    def objective(v, args):
+        ex = _with_shares(excitation, power, v)
+        return jnp.log(jnp.sum(_relative_bound(ex, arm, unknowns, std, theta, q0, sample_step, periods)))
+
+    sol = optx.minimise(objective, optx.BFGS(rtol=tolerance, atol=tolerance), v0, max_steps=steps, throw=False)
+    return sol.value, sol.stats["num_steps"]
+
+
+@eqx.filter_jit
+def _report(ex, arm, unknowns, std, theta, q0, sample_step, periods) -> tuple[Array, Array]:
+    """The relative bounds and each joint's angle RMS of ``ex``."""
+    q = linear_phasors(arm, ex, unknowns, q0)(theta)  # (L, n)
+    rms = jnp.sqrt(0.5 * jnp.sum(jnp.abs(q) ** 2, axis=0))
+    return _relative_bound(ex, arm, unknowns, std, theta, q0, sample_step, periods), rms
+
+
 def design_line_amplitudes(
     arm: AbstractArm,
     excitation: Multisine,
@@ -230,9 +261,6 @@ def design_line_amplitudes(
     """
     import time
 
-    import optimistix as optx
-
-    from ..estimate.crlb import linear_phasors
     from ..simulation.linearisation import parameter_values
 
     std = np.asarray(noise_std, dtype=float)
@@ -251,33 +279,23 @@ def design_line_amplitudes(
     power = jnp.sum(excitation.amplitudes**2, axis=1, keepdims=True)
     q0_arr = None if q0 is None else jnp.asarray(q0, dtype=float)
 
-    def with_shares(v):
-        return excitation.replace(amplitudes=jnp.sqrt(power * jax.nn.softmax(v, axis=1)))
-
-    def relative_bound(ex):
-        c = linear_crlb(arm, ex, unknowns, noise_std=std, sample_step=sample_step, periods=periods, q0=q0_arr)
-        return jnp.diag(c) / theta**2
-
-    def angle_rms(ex):
-        q = linear_phasors(arm, ex, unknowns, q0_arr)(theta)  # (L, n)
-        return jnp.sqrt(0.5 * jnp.sum(jnp.abs(q) ** 2, axis=0))
-
-    @eqx.filter_jit
-    def solve(v0):
-        sol = optx.minimise(
-            lambda v, args: jnp.log(jnp.sum(relative_bound(with_shares(v)))),
-            optx.BFGS(rtol=tolerance, atol=tolerance),
-            v0,
-            max_steps=steps,
-            throw=False,
-        )
-        return sol.value, sol.stats["num_steps"]
-
-    v, iterations = solve(jnp.log(excitation.amplitudes**2))
-    designed = with_shares(v)
-    report = eqx.filter_jit(lambda ex: (relative_bound(ex), angle_rms(ex)))
-    rel0, rms0 = report(excitation)
-    rel1, rms1 = report(designed)
+    v, iterations = _solve_shares(
+        jnp.log(excitation.amplitudes**2),
+        arm,
+        excitation,
+        unknowns,
+        std,
+        theta,
+        power,
+        q0_arr,
+        sample_step,
+        periods,
+        steps,
+        tolerance,
+    )
+    designed = _with_shares(excitation, power, v)
+    rel0, rms0 = _report(excitation, arm, unknowns, std, theta, q0_arr, sample_step, periods)
+    rel1, rms1 = _report(designed, arm, unknowns, std, theta, q0_arr, sample_step, periods)
     return LineDesign(
         excitation=designed,
         start=excitation,
