@@ -49,9 +49,13 @@ second-order term is ~7× their Gauss–Newton curvature (~200× along the undam
 its runs (198 segments): the trust region ends at ``max_iterations`` (cost 2.345e9 after 30 passes,
 0.1 % per pass), Gauss–Newton too (2.2727e9 after 60, ~1e-5 per pass, held-out torque RMSE 0.70 N m
 against 0.32 for the start); with ``continuity_weight = 1`` (a gap of one noise std costs one angle
-sample) Gauss–Newton is ``"ok"`` (stationary) in 6 passes (the trust region in 8), held-out 0.32 N m.
-The weight is the model's statement of how far a segment may miss the next one's start; for such logs
-pass a small one.
+sample) Gauss–Newton is ``"ok"`` (stationary) after 6 passes (the trust region: ``ftol`` after 8
+Jacobians), held-out 0.32 N m; ``0.1``: ``"ok"`` after 25 passes, held-out 0.34 N m. On the campaign's 8
+training runs (792 segments) with weight 1: Gauss–Newton ``"ok"`` after 20 passes (15 Jacobians, 334 s
+at load ~5 on 2 cores; within 3e-5 of the final cost after 6), the trust region ``"ok"`` (``ftol``) after
+14 Jacobians (258 s), both held-out 0.316 N m (start 0.315; with weight 100 the trust region: 27
+Jacobians, 645 s, ``"max_iterations"``). The weight is the model's statement of how far a segment may
+miss the next one's start; for such logs pass a small one.
 
 The tangents go through the accelerations' custom JVP
 (``jaxid.estimate.logs.data.accelerations``) and through one copy of the model per step
