@@ -42,3 +42,15 @@ def test_a_use_that_is_not_a_list_is_refused(bad):
 
     with pytest.raises(ConfigError, match="estimators.use must be a non-empty list"):
         _config({"preset": "double_pendulum"}, {"use": bad})
+
+
+def test_output_error_in_a_fit_weights_its_gaps_like_an_angle_sample():
+    from jaxid.config.fit import FIT_OPTIONS
+    from jaxid.estimate import make_estimator
+
+    config = _config({"urdf": "../../data/robots/ur5_robot.urdf"})
+    assert config.estimator_options("output_error") == {"continuity_weight": 1.0} == FIT_OPTIONS["output_error"]
+    assert make_estimator("output_error", config.estimator_options("output_error")).continuity_weight == 1.0
+    assert make_estimator("output_error", {}).continuity_weight == 100.0  # the estimator's own default is kept
+    given = _config({"preset": "double_pendulum"}, {"output_error": {"continuity_weight": 100.0}})
+    assert given.estimator_options("output_error")["continuity_weight"] == 100.0

@@ -69,6 +69,19 @@ _SECTIONS: dict[str, dict[str, Any]] = {
 SERIAL_ESTIMATORS = ["idim_ls", "idim_ls_bounded", "idim_ls_consistent", "idim_iv", "output_error", "ekf"]
 
 
+#: Estimator options whose default differs in a fit of measured logs from the estimator's own (which its
+#: simulated benchmarks were validated at); a config's own value wins. Output error's continuity gaps
+#: weighted like one angle sample (``continuity_weight = 1``), not as near-constraints (100): on a logged
+#: arm the torque is an input with noise, whose effect over a 0.5-s segment is ~100 angle-noise stds, so the
+#: gaps cannot close and, weighted 100, their large residuals leave Gauss–Newton's model wrong by 7-200× and
+#: the fit crawls to its iteration limit (``jaxid.estimate.logs.output_error``'s docstring: the UR5
+#: campaign of ``scripts/bench_fit_cost.py``: 645 s, ``max_iterations``; weighted 1: ``"ok"``).
+FIT_OPTIONS: dict[str, dict[str, Any]] = {
+    "output_error": {"continuity_weight": 1.0},
+    "output_error_consistent": {"continuity_weight": 1.0},
+}
+
+
 @dataclass(frozen=True)
 class FitConfig:
     """A validated fit configuration (see the ``jaxid.fit`` docstring); ``raw`` is the resolved dict."""
@@ -164,6 +177,8 @@ def parse_fit_config(raw: dict[str, Any], *, path: Path | None = None, data: str
                 f"unknown estimator {name!r} in estimators.use; allowed: {list(ESTIMATOR_NAMES)}.{did_you_mean(name, ESTIMATOR_NAMES)}"
             )
         resolved["estimators"].setdefault(name, {})
+        for option, value in FIT_OPTIONS.get(name, {}).items():
+            resolved["estimators"][name].setdefault(option, value)
     if "idim_ls" not in use:
         use.insert(0, "idim_ls")  # every other estimator starts from it
     flt = resolved["filter"]
