@@ -43,7 +43,7 @@ from jaxid.measure.logs import MeasuredLog
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
 #: The chunk program, from its module (the package re-exports the function under the module's name).
 PROGRAM = importlib.import_module("jaxid.estimate.logs.output_error")._shooting_blocks
-#: The scipy route step for step (``shooting.trust_region``): the same iterates as the dense reference.
+#: The scipy route step for step (``shooting_solvers.trust_region``): the same iterates as the dense reference.
 TRF = "trust_region"
 
 
@@ -160,7 +160,7 @@ def test_two_link_equals_the_dense_path(two_link, iterations):
 
 
 def test_gauss_newton_stops_certified_at_the_dense_optimum(two_link):
-    """The default solver (``shooting.gauss_newton``: Nielsen-damped Gauss–Newton) ends ``"ok"`` at the point
+    """The default solver (``shooting_solvers.gauss_newton``: Nielsen-damped Gauss–Newton) ends ``"ok"`` at the point
     scipy's solver on the dense Jacobian converges to, within 1e-2 of a standard deviation, in no more
     passes. Its stationarity certificate is checked on the dense route at the point it returns: the
     undamped Gauss–Newton model there (dense ``J``, SVD least squares) lowers ``½ |r|²`` by at most 1e-6

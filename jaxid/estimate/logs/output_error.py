@@ -27,7 +27,7 @@ the states by a banded Cholesky factorisation and solves the ``θ`` Schur comple
 by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
 of two: one compiled program per model and chunk shape, whatever the logs' lengths.
 
-**Solver** (``solver="gauss_newton"``, the default): ``jaxid.estimate.logs.shooting.gauss_newton``, the
+**Solver** (``solver="gauss_newton"``, the default): ``jaxid.estimate.logs.shooting_solvers.gauss_newton``, the
 Gauss–Newton loop it shares with the physically consistent variant: each step solves
 ``(JᵀJ + μ D²) δ = −Jᵀr`` on the normal equations (``D²`` the largest diagonal of ``JᵀJ`` met, ``μ`` from
 ``damping`` = 1e-6 by Nielsen's rule), a trial point is first simulated without the Jacobian
@@ -37,7 +37,7 @@ Gauss–Newton loop it shares with the physically consistent variant: each step 
 standard deviation, ``σ̂²/2 ≈ cost/dof``), or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
 ``"max_iterations"`` after ``max_iterations`` passes. ``solver="trust_region"`` is
 ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method step for step
-(``shooting.trust_region``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
+(``shooting_solvers.trust_region``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
 
 **Large residuals: the continuity weight.** Gauss–Newton's model drops ``Σ r_i ∇²r_i``; that is harmless
 while the residuals are small, not where the continuity rows stay large at the optimum. On 100-Hz
@@ -111,8 +111,9 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification, segment_starts
-from .shooting import gauss_newton, normal_equations, schur_complement, segment_sandwich, shooting_cost, trust_region
+from .shooting import normal_equations, schur_complement, segment_sandwich, shooting_cost
 from .shooting_passes import _Chunks, _parametrise, _shooting_blocks, _shooting_residuals  # noqa: F401 (tests)
+from .shooting_solvers import gauss_newton, trust_region
 from .stepping import stable_substeps, stage_torques
 
 __all__ = ["output_error", "angle_noise_std"]
@@ -172,10 +173,10 @@ def output_error(
         lags: the covariance: ``L ≥ 0`` the segment sandwich (``shooting.segment_sandwich``) over ``L``
             neighbouring segments (default 0: segments as independent clusters); ``-1``: ``σ̂² (JᵀJ)⁻¹``,
             white residuals.
-        solver: ``"gauss_newton"`` (default: ``shooting.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
+        solver: ``"gauss_newton"`` (default: ``shooting_solvers.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
             the stationarity certificate, ``ftol`` or ``xtol``) or ``"trust_region"`` (scipy's ``trf``
-            step for step, ``shooting.trust_region``: the dense route's iterates).
-        damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting.gauss_newton``).
+            step for step, ``shooting_solvers.trust_region``: the dense route's iterates).
+        damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting_solvers.gauss_newton``).
 
     Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
     parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
@@ -323,7 +324,7 @@ def shooting_problem(
 
 
 def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, solver_note, **extra):
-    """``output_error``'s ``Identification`` of a solution ``sol`` (``shooting.Solution``: its ``normal``
+    """``output_error``'s ``Identification`` of a solution ``sol`` (``shooting_solvers.Solution``: its ``normal``
     gives the cost, its ``states``, ``jacobians``, ``status`` the rest) with ``theta_normal`` the normal
     equations in ``θ`` there, ``blocks`` its pass, ``lags`` the covariance (``output_error``);
     ``solver_note`` ends the notes; ``extra`` goes to ``Identification`` (e.g. ``standard``)."""

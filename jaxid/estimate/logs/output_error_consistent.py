@@ -16,7 +16,7 @@ with its certified duality gap, so a step may end on the consistent set's bounda
 ``J_i``, a friction at 0) in one go. The states follow (``δx = C_μ⁻¹(−g_x − Bᵀδθ)``). A trial point is
 simulated without the Jacobian; the gain ratio (actual over predicted decrease of the undamped model)
 accepts it and updates ``μ`` (Nielsen's rule; ``D²`` the largest diagonal of ``JᵀJ`` met): the loop
-``shooting.gauss_newton``, shared with plain output error, this module giving its step. It stops
+``shooting_solvers.gauss_newton``, shared with plain output error, this module giving its step. It stops
 (status ``"ok"``) as the plain solver does, ``ftol`` (an accepted step with gain ratio > 1/4 lowering
 the cost by less than ``ftol`` times it) or ``xtol`` (step against the unknowns' norm), or on
 **stationarity**: with ``μ ≤ 1e-9`` (undamped to working precision), the step's predicted decrease
@@ -54,7 +54,7 @@ from ..consistency import consistent_least_squares, is_physically_consistent
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification
 from .output_error import CHUNK_SEGMENTS, _check_lags, shooting_identification, shooting_problem
-from .shooting import STATIONARITY, Step, gauss_newton, model_decrease
+from .shooting_solvers import STATIONARITY, Step, gauss_newton, model_decrease
 
 __all__ = ["output_error_consistent"]
 
