@@ -25,6 +25,9 @@ numpy timing: the three normal draws a numpy user would make cost about 0.3 ms a
   offset columns, the base columns of jaxid's plan, the same parallel low-pass of the regressor and
   torque, the same row decimation and trim, and IDIM-LS by ``numpy.linalg.lstsq`` (ordinary, then
   weighted by each joint's residual std) with its covariance and the condition number.
+- **numpy/Pinocchio, pruned** (rows "… vs pruned numpy"): the same, low-passing only the regressor
+  entries jaxid's batched program low-passes (not identically zero, one of each set equal up to sign:
+  123 of the UR5's 348 base-column entries), so that this pruning is not counted as jaxid's speed.
 
 Accuracy beside speed: the largest angle difference of the two simulations of trial 0 (same noise) and
 the two IDIM-LS estimates (each side on its own log), relative and in units of IDIM-LS's std; plus the
@@ -192,12 +195,14 @@ def numpy_regressor(model, data, q, qd, qdd, standard, slope):
     return full[:, :, list(standard)]
 
 
-def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz, trim_s, standard, slope):
+def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz, trim_s, standard, slope, distinct=None):
     """IDIM-LS as ``jaxid.estimate.logs.idim_ls`` does it, in numpy/scipy/Pinocchio: Butterworth (order 4,
     ``sosfiltfilt``) and ``numpy.gradient`` for q, q', q''; the torque low-passed; the regressor and the
     torque low-passed again (parallel filtering); rows every ``⌊f_s / (4 f_c)⌋`` samples of the log less
     ``trim_s`` at each end; ``lstsq`` on unit-norm columns, then again with each joint's rows divided by
-    its residual std. Returns ``(theta, covariance, condition)``."""
+    its residual std. Returns ``(theta, covariance, condition)``. ``distinct = (keep, index, sign)``: only
+    the regressor entries ``keep`` (flat in ``(n, p)``) are low-passed, entry ``e`` is ``sign[e]`` times
+    column ``index[e]`` of them (``len(keep)``: an exact zero), as jaxid's batched program prunes them."""
     from scipy import signal
 
     h = sample_step
@@ -212,7 +217,13 @@ def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz,
     tau = band(tau_measured)
     trim = int(round(trim_s / h))
     rows = np.arange(trim, q_measured.shape[0] - trim, max(1, int(np.floor(1.0 / (h * 4 * cutoff_hz)))))
-    w = band(numpy_regressor(model, data, qf, qd, qdd, standard, slope))[rows]
+    full = numpy_regressor(model, data, qf, qd, qdd, standard, slope)
+    if distinct is None:
+        w = band(full)[rows]
+    else:  # the distinct nonzero entries alone low-passed, as jaxid's batched program does
+        keep, index, sign = distinct
+        kept = band(full.reshape(full.shape[0], -1)[:, keep])[rows]
+        w = (np.concatenate([kept, np.zeros((len(rows), 1))], axis=1)[:, index] * sign).reshape(len(rows), *full.shape[1:])
     y = band(tau)[rows]
     p, joints = w.shape[-1], w.shape[1]
     scale = np.linalg.norm(w.reshape(-1, p), axis=0)
@@ -260,7 +271,7 @@ def main(argv=None) -> dict:
     import pinocchio as pin
 
     from jaxid.benchmark import load_benchmark, make_plan
-    from jaxid.benchmark.batched import batched_fits
+    from jaxid.benchmark.batched import _entries_regressor, _nonzero, batched_fits
     from jaxid.benchmark.trial import _filtered, simulate_trials
     from jaxid.estimate.logs import idim_ls
     from jaxid.simulation.closed_loop_record import measurement_noise
@@ -307,6 +318,22 @@ def main(argv=None) -> dict:
     def np_ls(q, tau):
         return numpy_idim_ls(model, data, q, tau, h, s["cutoff_hz"], s["trim_s"], standard, slope)
 
+    # The entries jaxid's batched program low-passes (nonzero, one of each set equal up to sign), as
+    # positions in the numpy side's (n, p) base regressor: a numpy baseline doing that pruning too.
+    n_dof, p_base = arm.dof, len(standard)
+    mask = np.zeros((n_dof, 14 * n_dof), dtype=bool)
+    mask[:, standard] = True
+    flat, index, sign, _ = _entries_regressor(arm, mask & _nonzero(arm))
+    base_position = {j * 14 * n_dof + c: j * p_base + k for j in range(n_dof) for k, c in enumerate(standard)}
+    keep = [base_position[int(flat[np.flatnonzero(index == d)[0]])] for d in range(int(index.max()) + 1)]
+    pruned_index, pruned_sign = np.full(n_dof * p_base, len(keep)), np.zeros(n_dof * p_base)
+    for e, position in enumerate(flat):
+        pruned_index[base_position[int(position)]], pruned_sign[base_position[int(position)]] = index[e], sign[e]
+    distinct = (np.asarray(keep), pruned_index, pruned_sign)
+
+    def np_ls_pruned(q, tau):
+        return numpy_idim_ls(model, data, q, tau, h, s["cutoff_hz"], s["trim_s"], standard, slope, distinct)
+
     def timed(f, *a):
         start = time.perf_counter()
         out = f(*a)
@@ -350,7 +377,7 @@ def main(argv=None) -> dict:
     # gives the numpy fit on jaxid's log of trial 0 (the regressor and the fit alone).
     np_ls_first, (on_jaxid_log, _, _) = timed(np_ls, run0["q"][0], run0["tau"][0])
 
-    rows = {"numpy_sim_s": [], "numpy_ls_s": [], "jaxid_ls_s": []}
+    rows = {"numpy_sim_s": [], "numpy_ls_s": [], "numpy_ls_pruned_s": [], "jaxid_ls_s": []}
     accuracy = {}
     for r in range(args.repeats):
         for batch in args.batches:
@@ -370,6 +397,8 @@ def main(argv=None) -> dict:
         rows["jaxid_ls_s"].append(elapsed)  # the trial-by-trial IDIM-LS, for the record
         elapsed, (theta, cov, cond) = timed(np_ls, q, tau)
         rows["numpy_ls_s"].append(elapsed)
+        elapsed, (theta_pruned, _, _) = timed(np_ls_pruned, q, tau)
+        rows["numpy_ls_pruned_s"].append(elapsed)
         if r == 0:
             std = np.sqrt(np.diag(np.asarray(jx.covariance)))
             theta_jx = np.asarray(jx.value)
@@ -384,6 +413,9 @@ def main(argv=None) -> dict:
                     np.linalg.norm(on_jaxid_log - theta_jx) / np.linalg.norm(theta_jx)
                 ),
                 "idim_ls_same_log_max_difference_in_std": float(np.max(np.abs(on_jaxid_log - theta_jx) / std)),
+                "idim_ls_numpy_pruned_relative_difference": float(
+                    np.linalg.norm(theta_pruned - theta) / np.linalg.norm(theta)
+                ),
                 "condition_numpy": cond,
                 "condition_jaxid": float(jx.condition),
                 "idim_ls_rmse_vs_truth_jaxid": float(np.sqrt(np.mean(((theta_jx - plan.truth) / std) ** 2))),
@@ -419,7 +451,16 @@ def main(argv=None) -> dict:
         jaxid_total = [(c + ls) / batch for c, ls in zip(b["call_s"], b["ls_call_s"], strict=True)]
         numpy_total = [a + b for a, b in zip(rows["numpy_sim_s"], rows["numpy_ls_s"], strict=True)]
         table.append(row("whole trial", batch, jaxid_total, numpy_total, None))
+    # Against a numpy baseline that low-passes only the distinct nonzero entries, as jaxid does.
+    for batch, b in results["batches"].items():
+        per_trial = [c / batch for c in b["ls_call_s"]]
+        table.append(row("IDIM-LS vs pruned numpy", batch, per_trial, rows["numpy_ls_pruned_s"], None))
+    for batch, b in results["batches"].items():
+        jaxid_total = [(c + ls) / batch for c, ls in zip(b["call_s"], b["ls_call_s"], strict=True)]
+        numpy_total = [a + b for a, b in zip(rows["numpy_sim_s"], rows["numpy_ls_pruned_s"], strict=True)]
+        table.append(row("whole trial vs pruned numpy", batch, jaxid_total, numpy_total, None))
     results.update(
+        pruned_entries={"low_passed": len(keep), "base_entries": n_dof * p_base, "nonzero": int(len(flat))},
         setting=s.name,
         config=str(Path(args.config).resolve().relative_to(ROOT))
         if ROOT in Path(args.config).resolve().parents
@@ -495,7 +536,9 @@ def _print(res: dict) -> None:
         f"{a['max_velocity_difference_rad_s']:.2e} rad/s, command {a['max_command_difference_Nm']:.2e} N m); "
         f"IDIM-LS relative difference {a['idim_ls_relative_difference']:.2e} (largest "
         f"{a['idim_ls_max_difference_in_std']:.2e} std), on jaxid's log {a['idim_ls_same_log_relative_difference']:.2e}"
-        f"; condition {a['condition_jaxid']:.6g} / {a['condition_numpy']:.6g}"
+        f"; condition {a['condition_jaxid']:.6g} / {a['condition_numpy']:.6g}; numpy pruned (low-passing "
+        f"{res['pruned_entries']['low_passed']} of {res['pruned_entries']['base_entries']} entries) vs numpy "
+        f"{a['idim_ls_numpy_pruned_relative_difference']:.1e}"
     )
     print(
         "batched IDIM-LS vs trial by trial (largest relative difference): "
