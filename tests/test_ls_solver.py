@@ -38,6 +38,19 @@ def test_cholqr_on_padded_rows_equals_lapack_on_the_rows(lags):
     assert _row_bucket(ROWS) == 320 and _row_bucket(7000) == 7168 and _row_bucket(1) == 1
 
 
+@pytest.mark.parametrize("lags", [0, 3])
+def test_qr_solver_equals_lapack(lags):
+    # The benchmark's batched trials' solver (a QR of [A | b] and the SVD of R), unpadded.
+    w, y = _problem(seed=5)
+    svd = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), True, True, lags, "svd")
+    qr = _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), True, True, lags, "qr")
+    for field in ("theta", "covariance", "residual_std", "sigma", "condition"):
+        np.testing.assert_allclose(getattr(qr, field), getattr(svd, field), rtol=1e-9, atol=1e-14)
+    assert int(qr.rank) == int(svd.rank) == int(qr.first_rank) == P
+    with pytest.raises(ValueError, match="solver must be one of"):
+        _ls_kernel_jit(jnp.asarray(w), jnp.asarray(y), True, True, lags, "lu")
+
+
 def test_rank_deficiency_falls_back_to_lapack_and_is_refused_by_name():
     from jaxid.estimate.logs.idim import _check_rank
 

@@ -13,7 +13,7 @@ in one program:
    only its entries the fits use, not identically zero and not another's up to sign, by the
    straight-line code of ``jaxid.benchmark.entries``.
 3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
-   loop): ``ls_kernel``'s IDIM-LS (``_ls``: its two least squares by a QR of the rows and an SVD of
+   loop): ``ls_kernel``'s IDIM-LS (``solver="qr"``: its two least squares by a QR of the rows and an SVD of
    the ``p × p`` factor, as LAPACK's ``gelsd`` does, instead of an SVD of the rows), RLS over its weighted rows
    (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import solve_triangular
 
 from ..estimate import make_estimator
 from ..estimate.consistency import consistent_least_squares
@@ -47,7 +46,7 @@ from ..estimate.kalman.logs import kalman_filter_batch
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
-from ..estimate.logs.ls_kernel import LSFit, _jnp_rank_condition, _jnp_unit_columns, newey_west
+from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from ..types import Status
@@ -127,62 +126,6 @@ def _gather(flat, index, sign, count: int, positions: np.ndarray, size: int):
     return np.where(e >= 0, index[e], count), np.where(e >= 0, sign[e], 0.0)
 
 
-def _solve(a, b, inverse: bool = True):
-    """``lstsq(a, b)``'s solution and ``a``'s singular values, by ``a = Q R`` (``[a | b]``'s ``R`` factor
-    gives ``Qᵀ b``, so ``Q`` is never formed) and the ``p × p`` ``R`` (``a``'s singular values are
-    ``R``'s): what LAPACK's ``gelsd`` does for a tall matrix (a QR first), on ``p + 1`` columns.
-    ``a⁺ b = R⁺ Qᵀ b``, singular values below ``lstsq``'s cut-off (``eps · max(rows, p) · s₀``) dropped
-    as it drops them. ``inverse``: by the SVD ``R = U S Vᵀ``, also ``(aᵀa)⁻¹ = V S⁻² Vᵀ``; else (the
-    first, unweighted problem) the singular values alone and, at full rank, back substitution
-    ``x = R⁻¹ Qᵀ b`` (a ``lax.cond``: the SVD's vectors only for a rank-deficient ``R``). The final
-    solve stays on the SVD: ``idim_ls_consistent``, which starts from its residual std, moved by
-    1e-10 of its held-out RMSE on the tiny benchmark with back substitution (1e-13 with the SVD).
-    ``(x, s, (aᵀa)⁻¹ or None)``."""
-    rows, p = a.shape
-    r = jnp.linalg.qr(jnp.concatenate([a, b[:, None]], axis=1), mode="r")
-    factor, qtb = r[:p, :p], r[:p, p]
-
-    def pseudo_inverse(_):
-        u, s, vt = jnp.linalg.svd(factor)
-        cut = jnp.finfo(a.dtype).eps * max(rows, p) * s[0]
-        inv = jnp.where(s > cut, 1.0 / jnp.where(s > cut, s, 1.0), 0.0)
-        return vt.T @ (inv * (u.T @ qtb)), s, (vt.T * inv**2) @ vt
-
-    if inverse:
-        return pseudo_inverse(None)
-    s = jnp.linalg.svd(factor, compute_uv=False)
-    cut = jnp.finfo(a.dtype).eps * max(rows, p) * s[0]
-    x = jax.lax.cond(s[-1] > cut, lambda _: solve_triangular(factor, qtb), lambda _: pseudo_inverse(None)[0], None)
-    return x, s, None
-
-
-def _ls(w, y, lags: int) -> LSFit:
-    """``ls_kernel(w, y, True, keep_first=False, lags=lags)``, the two least squares by ``_solve``
-    instead of ``jnp.linalg.lstsq``'s SVD of the whole ``(rows · n) × p`` matrix, and ``(AᵀA)⁻¹`` from
-    the second's ``R`` instead of an inverse of ``AᵀA``: the same estimate, covariance, ranks and
-    condition to round-off (``tests/test_benchmark_batched.py``)."""
-    rows, joints, p = w.shape
-    flat = w.reshape(-1, p)
-    scale0 = _jnp_unit_columns(flat)
-    x0, s0, _ = _solve(flat / scale0, y.reshape(-1), inverse=False)
-    first_rank, _ = _jnp_rank_condition(flat, s0)
-    resid = y - jnp.einsum("njp,p->nj", w / scale0, x0)
-    sigma = jnp.sqrt(jnp.sum(resid**2, axis=0) / (rows - p / joints))
-    ws = (w / sigma[None, :, None]).reshape(-1, p)
-    scale = _jnp_unit_columns(ws)
-    a = ws / scale
-    x, s, inverse = _solve(a, (y / sigma).reshape(-1))
-    theta = x / scale
-    resid = y - jnp.einsum("njp,p->nj", w, theta)
-    if lags == 0:
-        variance = jnp.sum((resid / sigma) ** 2) / max(a.shape[0] - p, 1)
-        covariance = variance * inverse / jnp.outer(scale, scale)
-    else:
-        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags) / jnp.outer(scale, scale)
-    rank, condition = _jnp_rank_condition(a, s)
-    return LSFit(theta, covariance, rank, condition, jnp.sqrt(jnp.mean(resid**2, axis=0)), sigma, first_rank)
-
-
 def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
@@ -211,7 +154,7 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
         band, qf, qd, qdd, y, prior, barrier = args
         rows_f = lowpassed(band, qf, qd, qdd, barrier)
         w = (rows_f[base_rows] * base_signs[:, None]).T.reshape(-1, n, p)
-        fit = _ls(w, y, lags)
+        fit = ls_kernel(w, y, True, False, lags, "qr")
         out = {
             "ls_theta": fit.theta,
             "ls_cov": fit.covariance,
