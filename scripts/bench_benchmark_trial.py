@@ -195,7 +195,9 @@ def numpy_regressor(model, data, q, qd, qdd, standard, slope):
     return full[:, :, list(standard)]
 
 
-def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz, trim_s, standard, slope, distinct=None):
+def numpy_idim_ls(
+    model, data, q_measured, tau_measured, sample_step, cutoff_hz, trim_s, standard, slope, distinct=None
+):
     """IDIM-LS as ``jaxid.estimate.logs.idim_ls`` does it, in numpy/scipy/Pinocchio: Butterworth (order 4,
     ``sosfiltfilt``) and ``numpy.gradient`` for q, q', q''; the torque low-passed; the regressor and the
     torque low-passed again (parallel filtering); rows every ``⌊f_s / (4 f_c)⌋`` samples of the log less
@@ -223,7 +225,9 @@ def numpy_idim_ls(model, data, q_measured, tau_measured, sample_step, cutoff_hz,
     else:  # the distinct nonzero entries alone low-passed, as jaxid's batched program does
         keep, index, sign = distinct
         kept = band(full.reshape(full.shape[0], -1)[:, keep])[rows]
-        w = (np.concatenate([kept, np.zeros((len(rows), 1))], axis=1)[:, index] * sign).reshape(len(rows), *full.shape[1:])
+        w = (np.concatenate([kept, np.zeros((len(rows), 1))], axis=1)[:, index] * sign).reshape(
+            len(rows), *full.shape[1:]
+        )
     y = band(tau)[rows]
     p, joints = w.shape[-1], w.shape[1]
     scale = np.linalg.norm(w.reshape(-1, p), axis=0)

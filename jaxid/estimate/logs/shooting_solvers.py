@@ -23,7 +23,16 @@ import numpy as np
 
 from .shooting import Factor, NormalEquations, _normal_product
 
-__all__ = ["Solution", "Step", "STATIONARITY", "gauss_newton", "trust_region", "model_decrease", "plain_step", "undamped_decrease"]
+__all__ = [
+    "Solution",
+    "Step",
+    "STATIONARITY",
+    "gauss_newton",
+    "trust_region",
+    "model_decrease",
+    "plain_step",
+    "undamped_decrease",
+]
 
 
 def _trust_region_step(ne: NormalEquations, scale_par, scale_x, radius, alpha, rtol=0.01, max_iter=10):
