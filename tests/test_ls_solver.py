@@ -88,3 +88,29 @@ def test_jackknife_fits_equal_idim_ls_on_each_subset(lab_log, lab_fit):
     for i, theta in enumerate(left_out):
         subset = [d for j, d in enumerate(logs) if j != i]
         np.testing.assert_allclose(theta, idim_ls(subset, regressor, base.names).value, rtol=1e-9, atol=1e-12)
+
+
+def test_consistent_least_squares_on_zero_padded_rows_is_the_same_fit():
+    # idim_ls_consistent pads its rows (consistent_estimate): samples= counts the data rows only.
+    import jaxid
+    from jaxid.estimate.consistency import consistent_least_squares
+
+    arm = jaxid.load_arm("data/robots/two_link.urdf")
+    rng = np.random.default_rng(6)
+    q, qd, qdd = (jnp.asarray(rng.normal(size=(200, arm.dof))) for _ in range(3))
+    w = np.asarray(arm.standard_regressor(q, qd, qdd))
+    y = np.einsum("njs,s->nj", w, np.asarray(arm.standard_parameters())) + 0.01 * rng.normal(size=(200, arm.dof))
+    plain = consistent_least_squares(w, y, arm, correlation_lags=2)
+    pad = ((0, 56), (0, 0), (0, 0))
+    padded = consistent_least_squares(np.pad(w, pad), np.pad(y, pad[:2]), arm, correlation_lags=2, samples=200)
+    assert int(plain.status) == int(padded.status)
+    np.testing.assert_allclose(padded.cost, plain.cost, rtol=1e-9)
+    np.testing.assert_allclose(padded.data_cost, plain.data_cost, rtol=1e-9)
+    scale = np.abs(np.asarray(plain.standard)).max()
+    np.testing.assert_allclose(padded.standard, plain.standard, atol=1e-6 * scale)
+    np.testing.assert_allclose(
+        padded.covariance, plain.covariance, rtol=1e-5, atol=1e-9 * np.abs(plain.covariance).max()
+    )
+    # Counting the padding as data would change the covariance (the test would catch a wrong count).
+    wrong = consistent_least_squares(np.pad(w, pad), np.pad(y, pad[:2]), arm, correlation_lags=2)
+    assert not np.allclose(wrong.covariance, plain.covariance, rtol=1e-3)

@@ -31,7 +31,7 @@ def _bartlett_meat(w: Array, residual: Array, block: int, lags: int) -> Array:
 
 
 def _constrained_covariance(
-    phi: Array, r: Array, lam: Array, data_cost: Array, rows: int, correlated: tuple | None = None
+    phi: Array, r: Array, lam: Array, data_cost: Array, rows: int | Array, correlated: tuple | None = None
 ) -> tuple[Array, Array]:
     """``(covariance (s, s), active count)`` of the constrained estimate ``φ̂`` of
     ``min ‖W φ − y‖² + λ ‖φ − φ_prior‖²`` over the consistent set, ``RᵀR = WᵀW + λ𝟙``.

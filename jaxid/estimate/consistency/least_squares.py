@@ -198,6 +198,7 @@ def consistent_least_squares(
     max_steps: int = 5_000,
     gap_tolerance: float = DEFAULT_GAP_TOLERANCE,
     correlation_lags: int = 0,
+    samples: int | None = None,
 ) -> ConsistentEstimate:
     """Physically consistent least squares of a ``SerialArm``'s standard parameters, no SDP solver.
 
@@ -248,6 +249,10 @@ def consistent_least_squares(
             joints, are one sample) over which residuals are correlated: a Newey–West (Bartlett)
             sandwich (``jaxid.estimate.consistency.covariance``). Filtered rows decimated at ``4 f_c``: ``L = 4``, one cut-off
             period (on the UR5 and Panda benchmarks the lag-1 residual autocorrelation is 0.6).
+        samples: how many of the leading samples (``regressor``'s first axis) are data, the rest zero
+            padding (default all): zero rows change neither ``R`` nor ``λ`` nor the residuals, and the
+            covariance counts ``samples`` only, so a caller can pad its rows to a few sizes and share one
+            compiled program among fits on different numbers of rows (``idim_ls_consistent`` does).
 
     Returns a ``ConsistentEstimate`` (estimate, consistency flag, costs, the unconstrained
     solution, iterations, status).
@@ -295,6 +300,7 @@ def consistent_least_squares(
         correlation_lags=int(correlation_lags),
         block=int(np.prod(w.shape[1:-1], dtype=int)),
         names=names,
+        count=jnp.asarray((w.shape[0] if samples is None else int(samples)) * int(np.prod(w.shape[1:-1], dtype=int))),
     )
 
 
@@ -316,8 +322,10 @@ def _fit(
     correlation_lags,
     block,
     names,
+    count,
 ):
-    m, s = w.shape
+    s = w.shape[1]
+    m = count  # the rows that are data (``samples``): the rest zero padding
     n = s // 14
     lam = rho * jnp.sum(w * w) / s
     root = jnp.sqrt(lam)

@@ -19,7 +19,15 @@ from ...types import Status
 from ..consistency import consistent_least_squares
 from ..kalman.filters import recursive_least_squares
 from .data import FilteredLog, Known, Regressor
-from .idim import Identification, _rank_condition, _stack, correlation_lags, default_decimation, regression_rows
+from .idim import (
+    Identification,
+    _rank_condition,
+    _row_bucket,
+    _stack,
+    correlation_lags,
+    default_decimation,
+    regression_rows,
+)
 
 __all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate"]
 
@@ -88,7 +96,13 @@ def consistent_estimate(
     if "correlation_lags" not in options:  # one cut-off period of the decimated rows (their residuals correlate)
         stride = decimate or default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
         options["correlation_lags"] = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, stride)
-    return consistent_least_squares(w, y, consistent.arm, prior=prior, **options)
+    # Rows zero-padded to a few sizes per octave (``_row_bucket``): fits on different numbers of rows (folds,
+    # runs of any length) share one compiled program.
+    size = _row_bucket(w.shape[0])
+    pad = ((0, size - w.shape[0]),) + ((0, 0),) * (w.ndim - 1)
+    return consistent_least_squares(
+        np.pad(w, pad), np.pad(y, pad[: y.ndim]), consistent.arm, prior=prior, samples=w.shape[0], **options
+    )
 
 
 def idim_ls_consistent(
