@@ -144,6 +144,16 @@ def plain_step(ne: NormalEquations, factor: Factor, mu: float, par: np.ndarray, 
     return Step(d_par, d_x, carry, undamped_decrease(ne))
 
 
+def _termination(reduction, ratio, cost, d_par, d_x, par, states, ftol, xtol) -> int:
+    """scipy's stopping test after a trial step: 2 (``ftol``: an accepted step with gain ratio > 1/4 lowering
+    the cost by less than ``ftol`` of it), 3 (``xtol``: the step against the unknowns' norm), 4 (both), else 0."""
+    step_norm = np.sqrt(np.sum(d_par**2) + np.sum(d_x**2))
+    x_norm = np.sqrt(np.sum(par**2) + np.sum(states**2))
+    small_cost = reduction < ftol * cost and ratio > 0.25
+    small_step = step_norm < xtol * (xtol + x_norm)
+    return 4 if small_cost and small_step else 2 if small_cost else 3 if small_step else 0
+
+
 def gauss_newton(
     linearise: Callable[[np.ndarray, np.ndarray], tuple[NormalEquations, object] | None],
     par: np.ndarray,
@@ -199,12 +209,7 @@ def gauss_newton(
         evaluations += 1
         reduction = -np.inf if trial_cost is None or not np.isfinite(trial_cost) else ne.cost - trial_cost
         ratio = reduction / predicted if predicted > 0 else (1.0 if reduction == predicted == 0 else 0.0)
-        step_norm = np.sqrt(np.sum(d_par**2) + np.sum(d_x**2))
-        x_norm = np.sqrt(np.sum(par**2) + np.sum(states**2))
-        small_cost = reduction < ftol * ne.cost and ratio > 0.25
-        small_step = step_norm < xtol * (xtol + x_norm)
-        if small_cost or small_step:
-            termination = 4 if small_cost and small_step else 2 if small_cost else 3
+        termination = _termination(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
         trial = linearise(par + d_par, states + d_x) if reduction > 0 else None
         if trial is None:
             mu, nu = mu * nu, 2.0 * nu
@@ -285,12 +290,8 @@ def trust_region(
                 new_radius = 0.25 * step_h
             elif ratio > 0.75 and step_h > 0.95 * radius:
                 new_radius = 2.0 * radius
-            step_norm = np.sqrt(np.sum(d_par**2) + np.sum(d_x**2))
-            x_norm = np.sqrt(np.sum(par**2) + np.sum(states**2))
-            small_cost = reduction < ftol * ne.cost and ratio > 0.25
-            small_step = step_norm < xtol * (xtol + x_norm)
-            if small_cost or small_step:
-                termination = 4 if small_cost and small_step else 2 if small_cost else 3
+            termination = _termination(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
+            if termination:
                 break
             alpha *= radius / new_radius
             radius = new_radius
