@@ -18,6 +18,7 @@ exact annotation):
 """
 
 import contextlib
+import inspect
 import typing
 
 import jaxtyping
@@ -25,6 +26,27 @@ import numpy as np
 from beartype import BeartypeConf, beartype
 
 __all__ = ["typechecker", "package_errors"]
+
+_jaxtyped = jaxtyping.jaxtyped
+
+
+def _jaxtyped_if_annotated(fn=None, *, typechecker=None, **kwargs):
+    """``jaxtyping.jaxtyped``, except that a plain function without a single annotation is returned
+    as it is: its wrapper would check nothing (no parameter or return hint) yet binds the call's
+    arguments and pushes a shape memo on every call. The import hook decorates every function of
+    jaxid, so the straight-line tracing code (``jaxid.benchmark.entries``' scalar algebra, ~200 000
+    calls in ``test_batched_speed_regressor.py``) spent about a third of its time in those wrappers.
+    Installed by ``tests/conftest.py`` before jaxid is imported."""
+    if fn is None:
+        return lambda f: _jaxtyped_if_annotated(f, typechecker=typechecker, **kwargs)
+    if inspect.isfunction(fn) and not getattr(fn, "__annotations__", None):
+        return fn
+    return _jaxtyped(fn, typechecker=typechecker, **kwargs)
+
+
+def install() -> None:
+    """Make the import hook's ``@jaxtyping.jaxtyped(typechecker=...)`` skip unannotated functions."""
+    jaxtyping.jaxtyped = _jaxtyped_if_annotated
 
 
 def _admits_ndarray(hint) -> bool:

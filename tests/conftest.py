@@ -67,6 +67,9 @@ jax.config.update(
 jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 import pytest  # noqa: E402
+from _typecheck import install as _skip_unannotated  # noqa: E402
+
+_skip_unannotated()  # before jaxid is imported: its unannotated functions are not wrapped (tests/_typecheck.py)
 
 import jaxid  # noqa: E402
 

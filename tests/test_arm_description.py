@@ -373,6 +373,7 @@ def test_arm_table_errors_fail_when_the_experiment_is_read(tmp_path):
     one_line_error(lambda: load_experiment(path), "lab_model_parameters.yml", "no such parameter file")
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_own_arm_experiment_runs_end_to_end_and_records_its_arm(tmp_path, capsys):
     from test_study import check_smoke_run
 

@@ -302,6 +302,7 @@ def test_the_base_config_is_valid():
                 validate_experiment(parse_experiment(raw))
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 @pytest.mark.parametrize(
     "setting,pattern",
     [

@@ -114,6 +114,7 @@ def test_missing_log_is_a_clear_error(tmp_path, capsys):
     assert "log 'trajectory_99' not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     path = tmp_path / "fit.toml"
     path.write_text(TINY)

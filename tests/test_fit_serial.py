@@ -216,6 +216,7 @@ def test_ur5_from_a_urdf_recovers_its_base_parameters(ur5_logs, ur5_base, ur5_fi
             assert ours <= 1.1 * true, (estimator, joint)
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_ur5_fit_tables_checks_and_export(ur5_fit):
     validation = pd.read_csv(ur5_fit / "validation.csv")
     assert set(validation["joint"]) == set(range(1, 7)) and (validation["status"] == "ok").all()
@@ -233,6 +234,7 @@ def test_ur5_fit_tables_checks_and_export(ur5_fit):
     assert sorted(manifest["exported"]) == [f"identified/{n}" for n in names] and "export_note" not in manifest
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_ur5_fit_writes_back_a_urdf_that_loads(ur5_logs, ur5_base, ur5_fit):
     """``identified/<estimator>.urdf`` loads with the options its header names and gives the estimate's
     torque (its base parameters from ``base_parameters.toml``) to round-off, or, warned as

@@ -19,6 +19,7 @@ ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_readme_quickstart_runs(capsys, monkeypatch):
     code = re.search(r"## Library quickstart\n\n```python\n(.*?)```", README, re.S).group(1)
     # Keep every estimate the loop makes (the quickstart only prints them).

@@ -197,6 +197,7 @@ assert np.isfinite(np.asarray(sharded.q)).all()
 """
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_batch_sharded_over_four_devices_equals_one_device():
     """A batch that is not a multiple of the device count, sharded over 4 host devices (a fresh
     process: the device count is fixed at start-up), equals the unsharded batch."""

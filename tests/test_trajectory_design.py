@@ -205,6 +205,7 @@ def test_line_amplitudes_keep_each_joints_power_and_lower_the_linear_bound():
         design_line_amplitudes(jaxid.table1(), excitation, noise_std=0.0)
 
 
+@pytest.mark.slow  # end to end (subprocesses or a whole fit): the quick tier leaves it out
 def test_readme_example_runs(capsys, monkeypatch):
     import re
 
