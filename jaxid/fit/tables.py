@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from .._platform import thread_map
+
 __all__ = [
     "parameters_table",
     "validation_table",
@@ -78,29 +80,36 @@ def validation_table(config, filtered, model, thetas, horizons, fitted=None, sub
     val = config.section("validation")
     if substeps is None:
         substeps = simulation_substeps(model, thetas, filtered)
-    vrows = []
-    for run, d in filtered.items():
+
+    def rows(job):
+        run, label = job
+        d, theta = filtered[run], thetas[label]
         role = "train" if run in config.train else "test"
-        for label, theta in thetas.items():
-            tau = torque_rmse(d, model.regressor, theta)
-            tau_fit = None if fitted is None else torque_rmse(fitted[run], model.regressor, theta)
-            try:
-                sim = free_simulation_rmse(
-                    d, model.regressor, theta, horizons, val["start_every_s"], model_substeps(substeps, label)
-                )
-                status = "ok"
-            except ValueError:
-                sim = {h: np.full(model.dof, np.nan) for h in horizons}
-                status = "simulation_failed"
-            for j in range(model.dof):
-                row = {"run": run, "role": role, "model": label, "joint": j + 1, "torque_rmse": float(tau[j])}
-                if tau_fit is not None:
-                    row["torque_rmse_fit_band"] = float(tau_fit[j])
-                row.update({f"angle_rmse_{h:g}s": float(sim[h][j]) for h in horizons})
-                # A NaN metric always comes with a status saying why (never a silent NaN).
-                finite = all(np.isfinite(v) for k, v in row.items() if k.endswith("_rmse") or "_rmse_" in k)
-                row["status"] = status if status != "ok" or finite else "nonfinite"
-                vrows.append(row)
+        tau = torque_rmse(d, model.regressor, theta)
+        tau_fit = None if fitted is None else torque_rmse(fitted[run], model.regressor, theta)
+        try:
+            sim = free_simulation_rmse(
+                d, model.regressor, theta, horizons, val["start_every_s"], model_substeps(substeps, label)
+            )
+            status = "ok"
+        except ValueError:
+            sim = {h: np.full(model.dof, np.nan) for h in horizons}
+            status = "simulation_failed"
+        out = []
+        for j in range(model.dof):
+            row = {"run": run, "role": role, "model": label, "joint": j + 1, "torque_rmse": float(tau[j])}
+            if tau_fit is not None:
+                row["torque_rmse_fit_band"] = float(tau_fit[j])
+            row.update({f"angle_rmse_{h:g}s": float(sim[h][j]) for h in horizons})
+            # A NaN metric always comes with a status saying why (never a silent NaN).
+            finite = all(np.isfinite(v) for k, v in row.items() if k.endswith("_rmse") or "_rmse_" in k)
+            row["status"] = status if status != "ok" or finite else "nonfinite"
+            out.append(row)
+        return out
+
+    # Each (run, model) is independent compiled work: one thread per core (``thread_map``), rows in order.
+    jobs = [(run, label) for run in filtered for label in thetas]
+    vrows = [row for part in thread_map(rows, jobs) for row in part]
     return pd.DataFrame(vrows)
 
 

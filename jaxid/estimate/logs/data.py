@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ..._platform import thread_map
 from ...linalg import solve, solve_2x2
 from ...measure.filters import differentiate, lowpass, min_samples
 from ...measure.logs import MeasuredLog, check_joint_samples
@@ -219,16 +220,18 @@ def rowwise(fn, *rows, static: tuple = (), args: tuple = (), block: int = ROW_BL
     rows = [np.asarray(r) for r in rows]
     n = rows[0].shape[0]
     args = tuple(jnp.asarray(a) for a in args)
-    out = []
-    for start in range(0, max(n, 1), block):
+
+    def one(start):
         chunk = [r[start : start + block] for r in rows]
         m = chunk[0].shape[0]
         if 0 < m < block:
             chunk = [np.concatenate([c, np.repeat(c[-1:], block - m, axis=0)]) for c in chunk]
         if m == 0:
             chunk = [np.zeros((block,) + r.shape[1:], r.dtype) for r in rows]
-        out.append(np.asarray(_rows_block(fn, tuple(static), args, tuple(chunk)))[:m])
-    return np.concatenate(out)
+        return np.asarray(_rows_block(fn, tuple(static), args, tuple(chunk)))[:m]
+
+    # The blocks are independent programs: one thread per core (``thread_map``), the same numbers.
+    return np.concatenate(thread_map(one, range(0, max(n, 1), block)))
 
 
 def accelerations(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from ..._platform import thread_map
 from .data import FilteredLog, Known, Regressor, accelerations, rowwise
 from .idim import Identification, _known_torque, _ls_result, correlation_lags, default_decimation, segment_starts
 from .ls_kernel import newey_west
@@ -54,8 +55,8 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1)
     measured state every ``segment_s`` seconds under the low-passed measured torque; ``near`` marks the
     samples of segments that stay within ``NEAR_RAD`` of the measured angles (and are finite). ``substeps``:
     RK4 steps per sample (``jaxid.estimate.logs.stepping.model_step``)."""
-    out = []
-    for d in logs:
+
+    def one(d):
         length = max(1, int(round(segment_s / d.sample_step)))
         starts = segment_starts(d, length)
         x0 = np.concatenate([np.asarray(d.q)[starts], np.asarray(d.qd)[starts]], axis=1)
@@ -78,8 +79,10 @@ def simulated_signals(logs, regressor, theta, segment_s, known=None, substeps=1)
             static=(regressor, known),
             args=(theta,),
         )
-        out.append((idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)))
-    return out
+        return idx, states[:, :n], states[:, n:], qdd, near & np.all(np.isfinite(qdd), axis=1)
+
+    # The logs are independent compiled work: one thread per core (``thread_map``), in order.
+    return thread_map(one, logs)
 
 
 def _near_signals(logs, regressor, theta, segment_s, known):
@@ -155,29 +158,52 @@ def idim_iv(
             ys.append(y_band[rows])
         w, z, y = np.concatenate(ws), np.concatenate(zs), np.concatenate(ys)
         if sigma is None:
-            resid = y - np.einsum("njp,p->nj", w, theta)
-            sigma = np.sqrt(np.mean(resid**2, axis=0))
-        a_w = (w / sigma[None, :, None]).reshape(-1, len(names))
-        a_z = (z / sigma[None, :, None]).reshape(-1, len(names))
-        scale = np.linalg.norm(a_w, axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
-        zw = (a_z / scale).T @ (a_w / scale)
-        condition = np.linalg.cond(zw) if np.all(np.isfinite(zw)) else np.inf
-        if condition > 1e12:
-            raise ValueError(
-                f"IDIM-IV: the instrument matrix is singular (condition {condition:.3g}) although the simulations stay "
-                "near the measured trajectory: some parameters move no simulated torque; fix them (fit.fixed) or use "
-                "IDIM-LS."
-            )
-        x = np.linalg.solve(zw, (a_z / scale).T @ (y / sigma).reshape(-1))
-        theta = x / scale
+            sigma = _iv_weights(w, y, theta)
+        theta, solved = _iv_solve(w, z, y, sigma)
+    lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
+    return _iv_identification(names, theta, w, y, sigma, solved, lags, iterations, notes)
+
+
+def _iv_weights(w: np.ndarray, y: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``σ_j`` ``(n,)``: the per-joint RMS residual of the measured rows ``w`` ``(R, n, p)``, ``y`` ``(R, n)``
+    at the start ``theta`` (IDIM-IV's weights, from its first pass's rows)."""
+    resid = y - np.einsum("njp,p->nj", w, theta)
+    return np.sqrt(np.mean(resid**2, axis=0))
+
+
+def _iv_solve(w: np.ndarray, z: np.ndarray, y: np.ndarray, sigma: np.ndarray):
+    """One IV pass on stacked rows: measured regressor ``w`` and instruments ``z`` ``(R, n, p)``, torque ``y``
+    ``(R, n)``, weights ``1/sigma``; columns scaled by the measured rows' norms. Returns ``(theta, solved)``,
+    ``solved = (A_W, A_Z, scale, ZᵀW, x)`` in the scaled coordinates (``_iv_identification``'s input).
+    Raises ``ValueError`` if the instrument matrix is singular (condition over 1e12, or not finite)."""
+    p = w.shape[-1]
+    a_w = (w / sigma[None, :, None]).reshape(-1, p)
+    a_z = (z / sigma[None, :, None]).reshape(-1, p)
+    scale = np.linalg.norm(a_w, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    a_w, a_z = a_w / scale, a_z / scale
+    zw = a_z.T @ a_w
+    condition = np.linalg.cond(zw) if np.all(np.isfinite(zw)) else np.inf
+    if condition > 1e12:
+        raise ValueError(
+            f"IDIM-IV: the instrument matrix is singular (condition {condition:.3g}) although the simulations stay "
+            "near the measured trajectory: some parameters move no simulated torque; fix them (fit.fixed) or use "
+            "IDIM-LS."
+        )
+    x = np.linalg.solve(zw, a_z.T @ (y / sigma).reshape(-1))
+    return x / scale, (a_w, a_z, scale, zw, x)
+
+
+def _iv_identification(names, theta, w, y, sigma, solved, lags: int, iterations: int, notes: str) -> Identification:
+    """IDIM-IV's ``Identification`` from its last pass (``_iv_solve``'s ``solved`` on rows ``w``, ``y``):
+    the Newey-West IV sandwich over ``lags`` rows and the weak-instrument status (``idim_iv``)."""
+    a_w, a_z, scale, zw, x = solved
     # Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ · N/(N − p): the instruments' scores Zₜᵀeₜ correlate over
     # one cut-off period of rows, as IDIM-LS's do (``idim.ls_kernel``).
     zw_inv = np.linalg.inv(zw)
-    residual = (y / sigma).reshape(-1) - (a_w / scale) @ x
-    lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
-    sandwich = np.asarray(newey_west(zw_inv, a_z / scale, residual, w.shape[1], lags))
-    rho = smallest_canonical_correlation(a_z / scale, a_w / scale)
+    residual = (y / sigma).reshape(-1) - a_w @ x
+    sandwich = np.asarray(newey_west(zw_inv, a_z, residual, w.shape[1], lags))
+    rho = smallest_canonical_correlation(a_z, a_w)
     status = "ok"
     if not rho >= WEAK_CORRELATION:
         status = "weak_instruments"
@@ -193,7 +219,7 @@ def idim_iv(
         w,
         y,
         sigma,
-        a_w / scale,
+        a_w,
         scale,
         sandwich=sandwich,
         iterations=iterations,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._platform import thread_map
 from .shooting import Blocks
 from .stepping import simulate_segments
 
@@ -31,13 +32,14 @@ class _Chunks:
         self.measured = measured[self.fill]
 
     def _dispatch(self, program, theta, states, sigma, static) -> list:
-        """``program`` on every chunk, all dispatched before any is read back: JAX runs them
-        asynchronously, so on a CPU with several cores the chunks (independent programs) overlap; the
-        results are the same either way."""
+        """``program`` on every chunk, its outputs as numpy arrays. The chunks are independent programs,
+        called from one thread per core (``jaxid._platform.thread_map``: a program runs on the thread that
+        calls it); the results are the same as one after another."""
         theta = jnp.asarray(theta)
         states = states[self.fill]
-        return [
-            program(
+
+        def run(lo):
+            out = program(
                 theta,
                 jnp.asarray(states[lo : lo + self.size]),
                 jnp.asarray(self.torques[lo : lo + self.size]),
@@ -45,19 +47,19 @@ class _Chunks:
                 sigma,
                 **static,
             )
-            for lo in range(0, self.fill.size, self.size)
-        ]
+            return jax.tree.map(np.asarray, out)
+
+        return thread_map(run, range(0, self.fill.size, self.size))
 
     def residuals(self, theta, states, sigma, static) -> tuple[np.ndarray, np.ndarray]:
         """``(residuals (S, k), end states (S, m))`` of every segment at ``(θ, x)``: a pass without the Jacobian."""
         pending = self._dispatch(_shooting_residuals, theta, states, sigma, static)
-        res, ends = (np.concatenate([np.asarray(r[i]) for r in pending])[: self.segments] for i in range(2))
+        res, ends = (np.concatenate([r[i] for r in pending])[: self.segments] for i in range(2))
         return res, ends
 
     def pass_(self, theta, states, sigma, static) -> Blocks:
         """The blocks of every segment at ``(θ, x)`` (``Blocks``), one compiled call per chunk."""
-        pending = self._dispatch(_shooting_blocks, theta, states, sigma, static)
-        out = [jax.tree.map(np.asarray, blocks) for blocks in pending]
+        out = self._dispatch(_shooting_blocks, theta, states, sigma, static)
         blocks = Blocks(*(np.concatenate(parts)[: self.segments] for parts in zip(*(b[:-1] for b in out), strict=True)))
         # Summed here, over the real segments in one order: the chunk size does not change the sums.
         return blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0), scores=blocks.rtg)
