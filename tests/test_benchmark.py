@@ -170,18 +170,36 @@ def test_a_benchmark_read_as_a_study_says_how_to_read_it(tmp_path):
         jaxid.load_experiment(config)
 
 
-def test_crlb_matches_the_spread_of_idim_ls_on_exact_states():
-    """``base_parameter_crlb`` against an independent route: the covariance of ordinary least squares
-    over 4000 torque-noise draws on the exact states of a two-joint arm (the model is linear, so OLS
-    with white noise of known, equal std attains the bound). Diagonal within 8 % (the sampling error
-    of a variance from 4000 draws is 2.2 %), correlations within 0.05."""
+def _two_link_bound():
+    """The two-joint arm's base regressor on 400 exact states of a Fourier trajectory, its noise stds
+    and ``base_parameter_crlb`` of them: ``(arm, base, traj, w, sigma, bound)``."""
     arm = load_arm(TWO_LINK)
     base = jaxid.base_parameters(arm)
     traj = random_fourier_trajectory(arm, 3, 2.0, key=jax.random.key(5))
     q, qd, qdd = traj.evaluate(jnp.arange(400) * 0.005)
     w = np.asarray(jaxid.base_regressor(arm, q, qd, qdd, base))  # (N, n, p)
     sigma = np.array([0.05, 0.02])
-    bound = base_parameter_crlb(w, sigma)
+    return arm, base, traj, w, sigma, base_parameter_crlb(w, sigma)
+
+
+def test_crlb_equals_the_bound_designed_from_the_trajectory():
+    """``base_parameter_crlb`` on the regressor's samples equals ``jaxid.excitation.fourier_information``'s
+    bound from the trajectory itself (its equally spaced samples); a joint without noise has no bound."""
+    from jaxid.excitation.fourier_information import base_parameter_bound
+
+    arm, base, traj, w, sigma, bound = _two_link_bound()
+    assert np.isnan(base_parameter_crlb(w, [0.0, 0.02])).all()  # no noise on a joint: no yardstick
+    designed = base_parameter_bound(arm, base, traj, noise_std=jnp.asarray(sigma), samples=400)
+    np.testing.assert_allclose(np.asarray(designed), bound, rtol=1e-7, atol=1e-12 * np.abs(bound).max())
+
+
+@pytest.mark.slow  # statistical (4000 Monte Carlo draws): the quick tier leaves it out
+def test_crlb_matches_the_spread_of_idim_ls_on_exact_states():
+    """``base_parameter_crlb`` against an independent route: the covariance of ordinary least squares
+    over 4000 torque-noise draws on the exact states of a two-joint arm (the model is linear, so OLS
+    with white noise of known, equal std attains the bound). Diagonal within 8 % (the sampling error
+    of a variance from 4000 draws is 2.2 %), correlations within 0.05."""
+    arm, base, _, w, sigma, bound = _two_link_bound()
     theta = np.asarray(base.values(arm.standard_parameters()))
     a = (w / sigma[None, :, None]).reshape(-1, w.shape[-1])
     y = (np.einsum("knp,p->kn", w, theta)[..., None] + sigma[None, :, None] * _draws(w.shape[:2], 4000)) / sigma[
@@ -192,12 +210,6 @@ def test_crlb_matches_the_spread_of_idim_ls_on_exact_states():
     np.testing.assert_allclose(np.diag(empirical), np.diag(bound), rtol=0.08)
     corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
     np.testing.assert_allclose(corr(empirical), corr(bound), atol=0.05)
-    assert np.isnan(base_parameter_crlb(w, [0.0, 0.02])).all()  # no noise on a joint: no yardstick
-    # The same bound by jaxid.excitation.fourier_information from the trajectory itself (its equally spaced samples).
-    from jaxid.excitation.fourier_information import base_parameter_bound
-
-    designed = base_parameter_bound(arm, base, traj, noise_std=jnp.asarray(sigma), samples=400)
-    np.testing.assert_allclose(np.asarray(designed), bound, rtol=1e-7, atol=1e-12 * np.abs(bound).max())
 
 
 def _draws(shape, count):
