@@ -157,6 +157,7 @@ def test_noise_free_converges_to_truth(short, kind):
 CALIBRATION_TRIALS = 100
 
 
+@pytest.mark.slow  # statistical (100 Monte Carlo trials a filter): the quick tier leaves it out
 @pytest.mark.parametrize("kind", ["ekf", "ukf"])
 def test_reported_covariance_is_calibrated(short, kind):
     # NEES = (θ̂ − θ)ᵀ P⁻¹ (θ̂ − θ) over independent trials (one jit(vmap) call). For a calibrated
