@@ -23,10 +23,13 @@ Every chunk is padded to the same width (copies of its last trial), so a trial's
 depend on the chunk it ran in. The Kalman filters (``FILTERS``: EKF, UKF) run over the chunk's
 trials that are to run them as one ``kalman_filter_batch`` call each (one ``vmap`` of the filter,
 padded to ``min(plan.width, the estimator's trial limit)``, so again a trial's numbers do not depend
-on its chunk), with the estimator class's default options. The other estimators (IDIM-IV, output
-error, bounded LS) run trial by trial as in ``run_estimators``. All of them start from the batched
-IDIM-LS estimate on a ``FilteredLog`` built from the batched filtering. Statuses as
-``run_estimators``'s.
+on its chunk), with the estimator class's default options. IDIM-IV runs batched as well
+(``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
+``vmap``, the algebra ``idim_iv``'s own; equal to it to round-off); a trial it leaves out (restarts more
+often than ``segment_s``, a singular instrument matrix) runs trial by trial. The others (output error,
+bounded LS) run trial by trial as in ``run_estimators``. All of them start from the batched IDIM-LS
+estimate on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s;
+seconds per trial of a batched estimator or filter are its call's time over its trials.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from ..types import Status
+from .batched_iv import batched_iv
 from .entries import entries_function
 
 __all__ = ["BATCHED", "FILTERS", "run_chunk", "batched_fits"]
@@ -76,10 +80,10 @@ def _band_matrix(samples: int, sample_step: float, cutoff_hz: float, rows: tuple
     return lowpass(np.eye(samples), sample_step, cutoff_hz)[list(rows)]
 
 
-def _program(plan, consistent: bool, rls: bool, ndev: int):
+def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False):
     """The chunk's compiled program, one per plan and estimator set (kept on the plan)."""
     cache = plan.__dict__.setdefault("_batched_programs", {})
-    key = (consistent, rls, ndev)
+    key = (consistent, rls, ndev, rows)
     if key not in cache:
         model = plan.model
         cmap = model.consistent
@@ -89,7 +93,7 @@ def _program(plan, consistent: bool, rls: bool, ndev: int):
         stride = default_decimation(st["sample_step"], st["cutoff_hz"])
         # ``consistent_estimate``'s default: one cut-off period of the decimated rows (their residuals correlate).
         lags = correlation_lags(st["sample_step"], st["cutoff_hz"], stride)
-        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, consistent, rls, ndev, lags)
+        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, lags, *key)
     return cache[key]
 
 
@@ -126,7 +130,7 @@ def _gather(flat, index, sign, count: int, positions: np.ndarray, size: int):
     return np.where(e >= 0, index[e], count), np.where(e >= 0, sign[e], 0.0)
 
 
-def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool, rls: bool, ndev: int, lags: int):
+def _make_program(arm, columns, keep, consistent_arm, to_model, lags: int, consistent, rls, ndev: int, rows: bool):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
     standard regressor per sample serves both, low-passed once. Only its entries that the fits use,
@@ -163,6 +167,8 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, consistent: bool
             "ls_condition": fit.condition,
             "ls_residual_std": fit.residual_std,
         }
+        if rows:  # IDIM-IV's measured side: these rows (``batched_iv``)
+            out["ls_rows"] = w
         # RLS and consistent LS: IDIM-LS's rows divided by its per-joint residual std (``_weighted_rows``).
         sigma = jnp.maximum(fit.residual_std, 1e-12)
         yw = y / sigma
@@ -232,8 +238,9 @@ def _filtered_chunk(plan, run: dict):
 def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     """The batched estimators on every trial of ``run`` (``simulate_trials``'s output): a dict of
     host arrays with a leading trial axis (``ls_theta``, ``ls_cov``, …; ``_program``) plus the
-    filtered signals (``qf``, ``qd``, ``qdd``, ``tau``) and the ``rows``. Padded to the plan's width
-    (rounded up to the device count), so a trial's numbers do not depend on its chunk."""
+    filtered signals (``qf``, ``qd``, ``qdd``, ``tau``), the ``rows``, their torque ``y`` and, with
+    ``"idim_iv"`` in ``estimators``, their regressor ``ls_rows``. Padded to the plan's width (rounded up
+    to the device count), so a trial's numbers do not depend on its chunk."""
     count = run["q"].shape[0]
     qf, qd, qdd, tau_f, y, rows, trim = _filtered_chunk(plan, run)
     ndev = len(jax.devices())
@@ -247,14 +254,14 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     band = _band_matrix(samples, s["sample_step"], s["cutoff_hz"], tuple(int(r) for r in rows))
     model = plan.model
     consistent = "idim_ls_consistent" in estimators
-    program = _program(plan, consistent, "rls" in estimators, ndev)
+    program = _program(plan, consistent, "rls" in estimators, ndev, "idim_iv" in estimators)
     cmap = model.consistent
     prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
     states = (jnp.asarray(np.ascontiguousarray(np.swapaxes(pad(x), 1, 2))) for x in (qf, qd, qdd))  # (trials, n, N)
     band_t = jnp.asarray(np.ascontiguousarray(band.T))
     out = program(band_t, *states, jnp.asarray(pad(y)), prior, jnp.asarray(True))
     out = {k: np.asarray(v)[:count] for k, v in out.items()}
-    out.update(qf=qf, qd=qd, qdd=qdd, tau=tau_f, rows=rows, trim=trim, samples=len(rows))
+    out.update(qf=qf, qd=qd, qdd=qdd, tau=tau_f, y=y, rows=rows, trim=trim, samples=len(rows))
     return out
 
 
@@ -291,31 +298,29 @@ def _log(plan, run: dict, fits: dict, k: int) -> FilteredLog:
     )
 
 
-def _filters(plan, run: dict, fits: dict, e: str, members: list[int]) -> dict:
-    """Kalman filter ``e`` on the chunk's trials ``members`` (indices into ``run``) as one
-    ``kalman_filter_batch`` call with the options ``make_estimator(e)`` passes to ``kalman_filter_fit``
-    (its ``_fit_logs``; the model's known torque): ``{k: (value, cov, status, seconds, cpu_seconds)}``,
-    the call's time shared evenly. Empty if the call raised (the trial-by-trial path then runs them)."""
+def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) -> dict:
+    """Estimator ``e`` on the chunk's trials ``members`` (indices into ``run``) in one call: a Kalman filter
+    (``FILTERS``) by ``kalman_filter_batch`` with the options ``make_estimator(e)`` passes to
+    ``kalman_filter_fit`` (its ``_fit_logs``; the model's known torque), IDIM-IV by ``batched_iv``.
+    ``{k: (value, cov, status, seconds, cpu_seconds)}``, the call's time shared evenly; a trial the call
+    leaves (``None``) is not in it, and it is empty if the call raised: those run trial by trial."""
     from .trial import _failure
 
     if not members:
         return {}
-    s = plan.setting
-    model = plan.model
-    options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
-    width = min(plan.width, s["estimator_trials"].get(e, s.trials))
+    s, model = plan.setting, plan.model
     t0, c0 = time.perf_counter(), time.process_time()
+    logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k) for k in members]
+    options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
+    width = max(min(plan.width, s["estimator_trials"].get(e, s.trials)), len(members))
     try:
-        results = kalman_filter_batch(
-            [_log(plan, run, fits, k) for k in members],
-            model.regressor,
-            model.names,
-            starts=[_start(plan, fits, k) for k in members],
-            kind=e,
-            known=model.known,
-            width=max(width, len(members)),
-            **options,
-        )
+        if e == "idim_iv":
+            measured = (fits["ls_rows"][members], fits["y"][members], fits["rows"])
+            results = batched_iv(plan, logs, starts, measured=measured)
+        else:
+            results = kalman_filter_batch(
+                logs, model.regressor, model.names, starts=starts, kind=e, known=model.known, width=width, **options
+            )
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return {}
     seconds = ((time.perf_counter() - t0) / len(members), (time.process_time() - c0) / len(members))
@@ -324,14 +329,14 @@ def _filters(plan, run: dict, fits: dict, e: str, members: list[int]) -> dict:
         if isinstance(r, Exception)
         else (r.value, r.covariance, r.status, *seconds)
         for k, r in zip(members, results, strict=True)
+        if r is not None
     }
 
 
 def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
-    call each, the others trial by trial, all from the batched IDIM-LS. Seconds per trial of a
-    batched estimator or filter are its call's time over its trials."""
+    call each, IDIM-IV by ``batched_iv``, the others trial by trial, all from the batched IDIM-LS."""
     from .trial import _failure, estimate_rows
 
     s = plan.setting
@@ -340,21 +345,22 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     count = len(trials)
     ok = np.asarray(run["status"]) == Status.SUCCESS
     batched = [e for e in s["estimators"] if e in BATCHED]
+    iv = [e for e in s["estimators"] if e == "idim_iv"]
     t0, c0 = time.perf_counter(), time.process_time()
     error = None
     if ok.any() and not ok.all():  # a diverged log (not finite) is not fitted: a good trial's stands in
         good = int(np.flatnonzero(ok)[0])
         run = {f: np.where(ok.reshape((-1,) + (1,) * (v.ndim - 1)), v, v[good]) for f, v in run.items()}
     try:
-        fits = batched_fits(plan, run, tuple(batched) + ("idim_ls",)) if ok.any() else None
+        fits = batched_fits(plan, run, (*batched, "idim_ls", *iv)) if ok.any() else None
     except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
         fits, error = None, _failure(err)
     per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
     started = [k for k in range(count) if ok[k] and fits is not None and fits["ls_first_rank"][k] >= len(plan.names)]
     filtered = {
-        e: _filters(plan, run, fits, e, [k for k in started if trials[k] < limits.get(e, s.trials)])
+        e: _one_call(plan, run, fits, e, [k for k in started if trials[k] < limits.get(e, s.trials)])
         for e in s["estimators"]
-        if e in FILTERS
+        if e in (*FILTERS, "idim_iv")
     }
     rows = []
     for k, trial in enumerate(trials):
