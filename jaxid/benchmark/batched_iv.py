@@ -25,8 +25,9 @@ the default decimation), with the work that dominates it done for all trials at 
 A trial whose batched path would take a branch it does not implement is left to the caller's
 trial-by-trial call (``None`` in its place), so its status and message are ``idim_iv``'s: fewer than
 ``MIN_NEAR`` of its rows near the measured trajectory at the default ``segment_s`` (``idim_iv`` then
-restarts more often, or raises), a singular instrument matrix, a linear-algebra error, a non-finite
-estimate. Equal to the trial-by-trial call to round-off (the segments in another ``vmap``): on 100
+restarts more often, or raises), more than ``IV_MAX_SUBSTEPS`` RK4 substeps, a singular instrument
+matrix, a linear-algebra error, a non-finite estimate. Each of these is decided on the trial's own
+data, so whether a trial runs batched does not depend on its chunk either. Equal to the trial-by-trial call to round-off (the segments in another ``vmap``): on 100
 trials of ``benchmark_panda``'s ``consistency_rich`` the estimates to 2.5e-11 of a trial's norm, the
 stds to 9e-12, every status the same (``tests/test_benchmark_batched_iv.py`` checks it on two joints).
 """
@@ -48,12 +49,17 @@ from ..estimate.logs.idim import Identification, _known_torque, correlation_lags
 from ..estimate.logs.iv import MIN_NEAR, NEAR_RAD, _iv_identification, _iv_solve, _iv_weights
 from ..estimate.logs.stepping import simulate_segments, stable_substeps, stage_torques
 
-__all__ = ["batched_iv", "IV_BLOCK"]
+__all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
 
 #: Trials per compiled simulation (``batched_iv``'s ``block``; at most the plan's width): wide enough that a
 #: step's work is not dominated by the loop's overhead, small enough that the trials of a chunk fill a block
 #: per core and that a trial at another substep count costs one block, not a chunk.
 IV_BLOCK = 25
+#: The most RK4 substeps a trial's simulations may take in the batched path; a trial whose own count
+#: (``stable_substeps``, per pass) is larger runs trial by trial. Counts above it are rare (a stiff
+#: estimate: 5 of 20 trials of ``benchmark_panda``'s poorly exciting setting, in its first pass) and
+#: each is a group of its own, padded to a whole block: 16 substeps for one trial cost a block of them.
+IV_MAX_SUBSTEPS = 3
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -146,6 +152,7 @@ def batched_iv(
     last: dict = {}
     for _ in range(iterations):
         substeps = {k: stable_substeps(regressor, theta[k], [logs[k]], known)[0] for k in alive}
+        alive = [k for k in alive if substeps[k] <= IV_MAX_SUBSTEPS]
         jobs = []
         for sub in sorted(set(substeps.values())):
             group = [k for k in alive if substeps[k] == sub]
