@@ -29,7 +29,9 @@ restarts more often, or raises), more than ``IV_MAX_SUBSTEPS`` RK4 substeps, a s
 matrix, a linear-algebra error, a non-finite estimate. Each of these is decided on the trial's own
 data, so whether a trial runs batched does not depend on its chunk either. Equal to the trial-by-trial call to round-off (the segments in another ``vmap``): on 100
 trials of ``benchmark_panda``'s ``consistency_rich`` the estimates to 2.5e-11 of a trial's norm, the
-stds to 9e-12, every status the same (``tests/test_benchmark_batched_iv.py`` checks it on two joints).
+stds to 9e-12; on 20 of ``consistency_poor`` to 1.8e-8 and 9e-9 (its IV passes amplify the simulations'
+round-off: 2e-9 to 5e-9 with ``idim_iv``'s own measured rows); every status the same
+(``tests/test_benchmark_batched_iv.py`` checks it on two joints).
 """
 
 from __future__ import annotations
