@@ -125,8 +125,16 @@ def period_map(
     ``(N, 2)`` angle samples at ``t = nΔ`` [rad]. Fixed-step RK4 with ``substeps`` steps per
     sample, in a ``lax.scan`` (memory independent of ``N`` apart from the output).
     """
-    y0 = jnp.asarray(initial_state, dtype=float)
+    return _period_map(arm, torque, jnp.asarray(initial_state, dtype=float), samples_per_period, substeps)
 
+
+# One module-level compiled program (arrays traced, the sizes static), not a closure per call: a
+# caller's program calls ``period_map`` several times with the same shapes (the relaxation periods,
+# Newton's function, the final period, the fits' starts), and a jitted function is traced and
+# lowered once per shape and transformation there and its calls share that body (the arithmetic is
+# the same: XLA inlines the calls). Issue 29.
+@eqx.filter_jit
+def _period_map(arm, torque, y0, samples_per_period, substeps):
     def sample(y, i):
         def step(y, n):
             return rk4_table_step(arm, torque, y, n), None
@@ -195,6 +203,17 @@ def periodic_steady_state(
     Returns a ``PeriodicOrbit``; ``converged`` is ``False`` (never an exception) when Newton fails,
     so it is safe under ``vmap``.
     """
+    return _periodic_steady_state(
+        arm, excitation, q0, offset, sample_step, substeps, initial_state, relax_periods, max_iterations, tolerance
+    )
+
+
+# Compiled at module level for the reason ``_period_map`` is: IDIM-IV solves for the orbit once per
+# iteration with the same shapes, and these calls then share one traced Newton solve.
+@eqx.filter_jit
+def _periodic_steady_state(
+    arm, excitation, q0, offset, sample_step, substeps, initial_state, relax_periods, max_iterations, tolerance
+):
     n_per = steps_per_period(excitation.period, sample_step)
     if offset is None:
         offset = holding_torque(arm, jnp.asarray(q0, dtype=float))
@@ -307,9 +326,14 @@ def period_states(
     fast kernel (``jaxid.simulation.rate_kernels.fast_rates``: the state as four scalars, equal to
     ``forward_dynamics`` to rounding); ``vmap`` it over trials and parameter lanes.
     """
-    y0 = jnp.asarray(initial_state, dtype=float)
-    n_steps = samples_per_period * substeps
+    return _period_states(arm, torque, jnp.asarray(initial_state, dtype=float), samples_per_period, substeps, lead_in)
 
+
+# Compiled at module level for the reason ``_period_map`` is (the coarse route integrates the same
+# coarse period at its start and in every loop body).
+@eqx.filter_jit
+def _period_states(arm, torque, y0, samples_per_period, substeps, lead_in):
+    n_steps = samples_per_period * substeps
     rates = fast_rates(arm)
 
     def step(y, n):
