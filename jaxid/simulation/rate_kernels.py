@@ -38,6 +38,12 @@ def _unreachable(fn):
     return branch
 
 
+# The false branch of ``fast_rates``' sine/cosine ``lax.cond``, built once: ``lax.cond`` caches a
+# branch's trace by the function object, so a new branch per call (per RK4 stage) was traced again
+# every time (issue 29).
+_TRIG_UNREACHABLE = _unreachable(_trig_parts)
+
+
 def fast_rates(arm: TwoLinkArm):
     """The nonlinear arm's rates laid out for a fast fixed-step loop: ``f(y, tau, pred) -> y'``.
 
@@ -68,7 +74,7 @@ def fast_rates(arm: TwoLinkArm):
     """
 
     def trig(q, pred):
-        s1, c1, k1, s2, c2, k2 = jax.lax.cond(pred, _trig_parts, _unreachable(_trig_parts), q[..., 0], q[..., 1])
+        s1, c1, k1, s2, c2, k2 = jax.lax.cond(pred, _trig_parts, _TRIG_UNREACHABLE, q[..., 0], q[..., 1])
         (s1, c1), (s2, c2) = sincos_quadrant(s1, c1, k1), sincos_quadrant(s2, c2, k2)
         return jnp.stack([s1, s2], -1), jnp.stack([c1, c2], -1)
 
@@ -77,10 +83,12 @@ def fast_rates(arm: TwoLinkArm):
         q, qd = jnp.stack([q1, q2], -1), jnp.stack([v1, v2], -1)
         return forward_dynamics(arm, q, qd, tau, sincos=lambda q: trig(q, pred))
 
+    unreachable = _unreachable(accelerations)  # one per kernel: the four RK4 stages share its trace
+
     def rates(y, tau, pred):
         # The cond returns forward_dynamics' stacked (…, 2) result: XLA then emits the two
         # accelerations as one fusion (split into two outputs it made three; ~6 % per step).
-        acc = jax.lax.cond(pred, accelerations, _unreachable(accelerations), y, tau, pred)
+        acc = jax.lax.cond(pred, accelerations, unreachable, y, tau, pred)
         return y[2], y[3], acc[..., 0], acc[..., 1]
 
     return rates
