@@ -323,9 +323,14 @@ def affine_impedance(
     unknowns, _ = resolve_unknowns(unknowns)
     if not is_affine(unknowns):
         raise ValueError(f"The impedance is not affine in {list(unknowns)}; use impedance_model.")
-    omega = jnp.asarray(omega)
-    q0 = jnp.asarray(q0, dtype=float)
+    return _affine_impedance(nominal, unknowns, jnp.asarray(omega), jnp.asarray(q0, dtype=float))
 
+
+# One module-level compiled program (arrays traced, the unknowns static), not a closure per call:
+# ``ml`` computes it twice (its equation-error start and its own fit), and a jitted function is
+# traced and lowered once per shape inside a caller's program (issue 29).
+@eqx.filter_jit
+def _affine_impedance(nominal, unknowns, omega, q0):
     def split(theta):
         z = linear_system(nominal, unknowns, theta, q0).impedance(omega)
         return jnp.stack([jnp.real(z), jnp.imag(z)])
