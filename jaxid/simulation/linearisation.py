@@ -29,6 +29,7 @@ from ..model import (
     mass_matrix,
     validate_unknowns,
 )
+from ..types import any_traced
 
 __all__ = [
     "LinearArm",
@@ -323,13 +324,14 @@ def affine_impedance(
     unknowns, _ = resolve_unknowns(unknowns)
     if not is_affine(unknowns):
         raise ValueError(f"The impedance is not affine in {list(unknowns)}; use impedance_model.")
-    return _affine_impedance(nominal, unknowns, jnp.asarray(omega), jnp.asarray(q0, dtype=float))
+    args = (nominal, unknowns, jnp.asarray(omega), jnp.asarray(q0, dtype=float))
+    # Inside a caller's program: one module-level compiled function (arrays traced, the unknowns
+    # static), not a closure per call: ``ml`` computes it twice (its equation-error start and its
+    # own fit), and a jitted function is traced and lowered once per shape there (issue 29). On
+    # concrete inputs it runs op by op as before (the fused program rounds differently, ~1e-15).
+    return _affine_impedance_jit(*args) if any_traced(args) else _affine_impedance(*args)
 
 
-# One module-level compiled program (arrays traced, the unknowns static), not a closure per call:
-# ``ml`` computes it twice (its equation-error start and its own fit), and a jitted function is
-# traced and lowered once per shape inside a caller's program (issue 29).
-@eqx.filter_jit
 def _affine_impedance(nominal, unknowns, omega, q0):
     def split(theta):
         z = linear_system(nominal, unknowns, theta, q0).impedance(omega)
@@ -339,3 +341,6 @@ def _affine_impedance(nominal, unknowns, omega, q0):
     z_n, jac = split(theta_n), jax.jacfwd(split)(theta_n)
     zi = jac[0] + 1j * jac[1]  # (L, 2, 2, p), exact for an affine map
     return z_n[0] + 1j * z_n[1] - zi @ theta_n.astype(zi.dtype), zi
+
+
+_affine_impedance_jit = eqx.filter_jit(_affine_impedance)
