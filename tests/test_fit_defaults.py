@@ -49,8 +49,37 @@ def test_output_error_in_a_fit_weights_its_gaps_like_an_angle_sample():
     from jaxid.estimate import make_estimator
 
     config = _config({"urdf": "../../data/robots/ur5_robot.urdf"})
-    assert config.estimator_options("output_error") == {"continuity_weight": 1.0} == FIT_OPTIONS["output_error"]
+    fit_options = {"continuity_weight": 1.0, "solver": "gauss_newton"}
+    assert config.estimator_options("output_error") == fit_options == FIT_OPTIONS["output_error"]
     assert make_estimator("output_error", config.estimator_options("output_error")).continuity_weight == 1.0
     assert make_estimator("output_error", {}).continuity_weight == 100.0  # the estimator's own default is kept
     given = _config({"preset": "double_pendulum"}, {"output_error": {"continuity_weight": 100.0}})
     assert given.estimator_options("output_error")["continuity_weight"] == 100.0
+
+
+def test_output_error_s_solver_reaches_the_fit_and_the_consistent_variant_refuses_the_trust_region(monkeypatch):
+    """The class runs ``output_error`` with the trust region unless told (``solver=None``), Gauss–Newton when
+    told (a fit's ``FIT_OPTIONS``); the consistent variant takes no trust region (a one-line error)."""
+    from jaxid.estimate import make_estimator
+    from jaxid.estimate import nonlinear_estimators as ne
+
+    seen = []
+
+    def spy(logs, regressor, names, **kwargs):
+        seen.append(kwargs["solver"])
+        raise RuntimeError("stop")  # the call's arguments are what this test checks
+
+    class Model:
+        regressor, names, known = None, ("a",), None
+
+    monkeypatch.setattr(ne, "output_error", spy)
+    for options in ({}, {"solver": "gauss_newton"}):
+        with pytest.raises(RuntimeError, match="stop"):
+            make_estimator("output_error", options)._fit_logs([], Model, None, {"constraint": "none", **options})
+    assert seen == ["trust_region", "gauss_newton"]
+    with pytest.raises(ValueError, match="solver='trust_region' applies to constraint='none' only"):
+        make_estimator("output_error_consistent", {"solver": "trust_region"})._fit_logs(
+            [], Model, None, {"constraint": "consistent", "solver": "trust_region"}
+        )
+    with pytest.raises(ValueError, match="option 'solver'"):
+        make_estimator("output_error", {"solver": "lm"})
