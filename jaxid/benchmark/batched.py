@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._platform import thread_map
 from ..estimate import make_estimator
 from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
@@ -225,12 +225,11 @@ def _filtered_chunk(plan, run: dict):
         qf, qd, qdd, tau_f = filter_signals(q[:, trials], tau[:, trials], h, s["cutoff_hz"])
         return qf, qd, qdd, tau_f, lowpass(tau_f, h, s["cutoff_hz"])[rows]
 
-    # One share of the trials per XLA device, in threads (scipy's filters release the GIL): each
-    # trial's columns are filtered on their own, so the split changes no bit.
+    # One share of the trials per XLA device, on one thread per core (``thread_map``; scipy's filters
+    # release the GIL): each trial's columns are filtered on their own, so the split changes no bit.
     shares = min(len(jax.devices()), q.shape[1])
     edges = np.linspace(0, q.shape[1], shares + 1).round().astype(int)
-    with ThreadPoolExecutor(shares) as pool:
-        parts = list(pool.map(part, [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]))
+    parts = thread_map(part, [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
     first = (np.moveaxis(np.concatenate(x, axis=1), 1, 0) for x in zip(*parts, strict=True))
     return (*first, rows, trim)
 
