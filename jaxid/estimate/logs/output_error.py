@@ -16,8 +16,8 @@ part of each log is cut into segments of ``segment_s`` seconds, each with its **
 **Streamed normal equations.** The Jacobian in ``(θ, x_1 … x_S)`` is never formed: for ten 50-s runs
 of a six-joint arm at 100 Hz it would be 72 000 × 12 000 (7 GB). Each segment's angle block depends
 only on ``θ`` and its own ``x_s``, so one compiled program (``_shooting_blocks``) takes a *chunk* of
-``chunk_segments`` segments, computes their blocks with ``2 n + p`` forward-mode tangents under
-``vmap`` (``n`` joints: ``x_s`` has ``2 n`` entries; the residuals are the same pass's primal) and
+``chunk_segments`` segments, simulates each with its ``2 n × (p + 2 n)`` sensitivities to ``(θ, x_s)``
+(``jaxid.estimate.logs.sensitivities``; ``n`` joints: ``x_s`` has ``2 n`` entries) under ``vmap`` and
 returns them already reduced: ``Σ R_θᵀR_θ``, ``Σ R_θᵀr`` and per segment ``R_θᵀR_x``, ``R_xᵀR_x``,
 ``R_xᵀr``, the end state and its Jacobian. The continuity rows couple consecutive segments, so the
 normal matrix ``JᵀJ`` is *bordered block-tridiagonal*: a dense ``θ`` block, a ``θ``–state border, and
@@ -57,9 +57,9 @@ at load ~5 on 2 cores; within 3e-5 of the final cost after 6), the trust region 
 Jacobians, 645 s, ``"max_iterations"``). The weight is the model's statement of how far a segment may
 miss the next one's start; for such logs pass a small one.
 
-The tangents go through the accelerations' custom JVP
-(``jaxid.estimate.logs.data.accelerations``) and through one copy of the model per step
-(``model_step``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
+The sensitivities come from ``acceleration_sensitivities`` (``jaxid.estimate.logs.data``: the mass
+matrix's inverse and ``D⁻¹ J``, once per RK4 stage) through one copy of the model per step
+(``stepping.integrate_sample``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
 hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
 the same segment length, reuses it.
 Started from IDIM-LS.

@@ -1,5 +1,5 @@
 """One pass of multiple shooting over the segments of ``jaxid.estimate.logs.output_error``: the compiled
-chunk programs (``_shooting_blocks``: residuals and the Jacobian's blocks by forward-mode tangents;
+chunk programs (``_shooting_blocks``: residuals and the Jacobian's blocks by forward sensitivities;
 ``_shooting_residuals``: residuals only) and the padding of the segments to whole chunks
 (``_Chunks``). The design is ``output_error``'s module docstring ("Streamed normal equations")."""
 
@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._platform import thread_map
+from .sensitivities import segment_sensitivities
 from .shooting import Blocks
 from .stepping import simulate_segments
 
@@ -98,19 +99,21 @@ def _shooting_residuals(
 def _shooting_blocks(
     theta, initial_states, torques, measured, sigma, *, regressor, known, sample_step, stride, substeps=1
 ) -> Blocks:
-    """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): one forward-mode pass per segment (``2 n + p`` tangents, ``vmap`` over the chunk) gives
-    the residuals as its primal. Compiled once per model (``regressor``, ``known``: static, hashed by
+    """One chunk's blocks (``Blocks``, per segment; ``rtr``, ``rtg`` too, summed by the caller): each segment
+    simulated with its sensitivities to ``(θ, y₀)`` (``sensitivities.segment_sensitivities``, ``vmap`` over
+    the chunk), the residuals from its states. Compiled once per model (``regressor``, ``known``: static, hashed by
     identity), step, stride and chunk shape: every pass, chunk and log of the same segment length
     shares one program."""
 
-    def segment(theta, y0, tau_s, q_s):
-        out = _segment_residuals(regressor, known, sample_step, stride, substeps, theta, y0, tau_s, q_s, sigma)
-        return out, out
+    def segment(y0, tau_s, q_s):
+        states, sens_q, sens_end = segment_sensitivities(regressor, theta, y0, tau_s, sample_step, known, substeps)
+        res = (states[:-1:stride, :n] - q_s) / sigma
+        jac = (sens_q[:-1:stride] / sigma[:, None]).reshape(-1, sens_q.shape[-1])
+        return res.reshape(-1), states[-1], jac, sens_end
 
-    jac, (res, ends) = jax.vmap(jax.jacfwd(segment, argnums=(0, 1), has_aux=True), (None, 0, 0, 0))(
-        theta, initial_states, torques, measured
-    )
-    (r_theta, r_x), (e_theta, e_x) = jac
+    n, p = initial_states.shape[-1] // 2, theta.shape[-1]
+    res, ends, jac, e_jac = jax.vmap(segment)(initial_states, torques, measured)
+    r_theta, r_x, e_theta, e_x = jac[..., :p], jac[..., p:], e_jac[..., :p], e_jac[..., p:]
     return Blocks(
         res=res,
         ends=ends,

@@ -28,6 +28,7 @@ __all__ = [
     "simulate_segments",
     "simulate_segments_jit",
     "model_step",
+    "integrate_sample",
     "stable_substeps",
 ]
 
@@ -67,7 +68,13 @@ def model_step(
     rates at ``y + c_i k_{i−1}`` (``c = 0, Δ/2, Δ/2, Δ``; ``k_0 = 0``, so the first stage sees ``y``
     exactly) and the step combines ``y + Δ/6 (k1 + 2 (k2 + k3) + k4)`` as ``rk4_step`` does. More
     substeps are a ``lax.scan`` over that same step (one more copy of the model, not ``substeps``)."""
-    rates = _rates(regressor, theta, known)
+    return integrate_sample(_rates(regressor, theta, known), y, stage_torques, sample_step, substeps)
+
+
+def integrate_sample(rates, y, stage_torques, sample_step: float, substeps: int = 1):
+    """``model_step`` for any ``rates(y, τ)`` of a state ``y`` that may be a pytree (the state with its
+    sensitivities, ``jaxid.estimate.logs.sensitivities``): ``substeps`` RK4 steps through one sample,
+    the torque interpolated through the stage torques (``model_step``'s docstring)."""
     if substeps == 1:
         return _rk4(rates, y, stage_torques, sample_step)
     k = int(substeps)
@@ -75,7 +82,7 @@ def model_step(
         raise ValueError(f"model_step: substeps must be a positive integer, got {substeps}.")
     fractions = (np.arange(k)[:, None] + np.array([0.0, 0.5, 1.0])) / k  # (k, 3) of the sample
     tau0, tau_mid, tau1 = stage_torques[0], stage_torques[1], stage_torques[2]
-    s = jnp.asarray(fractions, dtype=y.dtype)[..., None]
+    s = jnp.asarray(fractions, dtype=stage_torques.dtype)[..., None]
     torques = jnp.where(s <= 0.5, tau0 + 2 * s * (tau_mid - tau0), tau_mid + (2 * s - 1) * (tau1 - tau_mid))
 
     def sub(y, tau3):
@@ -85,17 +92,19 @@ def model_step(
 
 
 def _rk4(rates, y, stage_torques, h):
-    """One RK4 step of ``h`` (``model_step``'s docstring), its four stages in a ``lax.scan``."""
-    shifts = jnp.asarray([0.0, 0.5 * h, 0.5 * h, h], dtype=y.dtype)
+    """One RK4 step of ``h`` (``model_step``'s docstring), its four stages in a ``lax.scan``; ``y`` and
+    ``rates(y, τ)`` pytrees of one structure."""
+    dtype = jax.tree.leaves(y)[0].dtype
+    shifts = jnp.asarray([0.0, 0.5 * h, 0.5 * h, h], dtype=dtype)
     torques = stage_torques[jnp.asarray([0, 1, 1, 2])]
 
     def stage(k, data):
         c, tau = data
-        k = rates(y + c * k, tau)
+        k = rates(jax.tree.map(lambda a, b: a + c * b, y, k), tau)
         return k, k
 
-    _, k = jax.lax.scan(stage, jnp.zeros_like(y), (shifts, torques))
-    return y + (h / 6) * (k[0] + 2 * (k[1] + k[2]) + k[3])
+    _, k = jax.lax.scan(stage, jax.tree.map(jnp.zeros_like, y), (shifts, torques))
+    return jax.tree.map(lambda a, b: a + (h / 6) * (b[0] + 2 * (b[1] + b[2]) + b[3]), y, k)
 
 
 #: ``stable_substeps`` keeps ``|h λ|`` of every RK4 substep at most this: RK4 is stable up to about 2.8

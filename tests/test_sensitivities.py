@@ -1,0 +1,88 @@
+"""Forward sensitivities of a simulated segment (``jaxid.estimate.logs.sensitivities``) against
+``jax.jacfwd`` of the plain simulation (``stepping.simulate_segments``) — autodiff of the same discrete
+map, an independent route — on a three-joint arm with a prismatic joint, friction and fixed (``known``)
+parameters, and on the two-link arm (the ``2 × 2`` Cramer path); one and two RK4 substeps."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxid
+from jaxid.estimate.logs.sensitivities import segment_sensitivities
+from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
+from jaxid.fit.model import BaseColumns
+from jaxid.model import SerialArm, base_parameters, standard_parameters
+
+STEPS, H = 12, 0.01
+
+
+def _three_joint() -> SerialArm:
+    rng = np.random.default_rng(4)
+    rotations = np.stack([np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(3)])
+    rotations *= np.sign(np.linalg.det(rotations))[:, None, None]
+    inertial = np.concatenate([rng.uniform(0.5, 2.0, (3, 1)), rng.normal(0, 0.1, (3, 3)), np.zeros((3, 6))], axis=1)
+    inertial[:, [4, 7, 9]] = rng.uniform(0.1, 0.3, (3, 3))
+    return SerialArm(
+        ("revolute", "prismatic", "revolute"),
+        rng.normal(size=(3, 3)),
+        rotations,
+        rng.normal(0, 0.3, (3, 3)),
+        inertial,
+        viscous=0.3,
+        coulomb=0.2,
+        armature=0.05,
+        gravity=(0.3, -0.2, -9.8),
+    )
+
+
+def _model(arm):
+    """``(regressor, known, θ)``: the base parameters, the last two held fixed (their torque ``known``)."""
+    base = base_parameters(arm)
+    values = np.asarray(base.values(standard_parameters(arm)))
+    p = len(values)
+    free, held = tuple(range(p - 2)), (p - 2, p - 1)
+    if isinstance(arm, SerialArm):
+        regressor, held_cols = BaseColumns(arm, base, free), BaseColumns(arm, base, held)
+    else:  # the two-link arm: its base regressor's columns
+
+        def regressor(q, qd, qdd):
+            return jaxid.model.base_regressor(arm, q, qd, qdd, base)[..., list(free)]
+
+        def held_cols(q, qd, qdd):
+            return jaxid.model.base_regressor(arm, q, qd, qdd, base)[..., list(held)]
+
+        held_cols.torque = lambda th, q, qd, qdd: held_cols(q, qd, qdd) @ th
+    theta_held = jnp.asarray(values[list(held)])
+
+    def known(q, qd, qdd):
+        return held_cols.torque(theta_held, q, qd, qdd)
+
+    return regressor, known, jnp.asarray(values[list(free)]) * 1.1
+
+
+@pytest.mark.parametrize("substeps", [1, 2])
+@pytest.mark.parametrize("which", ["three_joint", "two_link"])
+def test_sensitivities_equal_jacfwd_of_the_simulation(which, substeps):
+    arm = _three_joint() if which == "three_joint" else jaxid.double_pendulum()
+    regressor, known, theta = _model(arm)
+    n = arm.dof
+    rng = np.random.default_rng(1)
+    y0 = jnp.asarray(np.concatenate([rng.uniform(-1, 1, n) * 0.3, rng.uniform(-1, 1, n)]))
+    torques = stage_torques(jnp.asarray(rng.normal(0, 2.0, (STEPS + 1, n))))
+
+    def simulate(th, y):
+        return simulate_segments(regressor, th, y[None], torques[None], H, known, substeps)[0]
+
+    states_ref = jax.jit(simulate)(theta, y0)
+    d_theta, d_y0 = jax.jit(jax.jacfwd(simulate, argnums=(0, 1)))(theta, y0)
+    run = jax.jit(functools.partial(segment_sensitivities, regressor), static_argnums=(3, 4, 5))
+    states, sens_q, sens_end = run(theta, y0, torques, H, known, substeps)
+    np.testing.assert_allclose(states, states_ref, rtol=1e-12, atol=1e-14)
+    reference = np.concatenate([d_theta, d_y0], axis=-1)  # (L + 1, 2 n, p + 2 n)
+    scale = np.abs(reference).max()
+    np.testing.assert_allclose(sens_q, reference[:, :n], rtol=0, atol=1e-11 * scale)
+    np.testing.assert_allclose(sens_end, reference[-1], rtol=0, atol=1e-11 * scale)
+    assert np.abs(reference[-1, :, : theta.size]).max() > 1e-3  # the parameters move the end state
