@@ -197,6 +197,30 @@ def test_gauss_newton_stops_certified_at_the_dense_optimum(two_link):
     assert decrease <= 1e-6 * cost and decrease / cost <= certified * 1.01 + 1e-12, (decrease / cost, certified)
 
 
+def test_parameter_criterion_equals_the_dense_route(two_link):
+    """``parameter_step`` (Gauss–Newton's convergence in the parameters) at the start: the undamped step's
+    ``θ`` part against ``θ``'s white standard deviations, from the dense Jacobian by least squares and
+    ``σ̂² (JᵀJ)⁻¹``. A fit told to stop there (tolerance above it) says so and stops after one pass."""
+    regressor, names, logs, ls, _ = two_link
+    plain = importlib.import_module("jaxid.estimate.logs.output_error")
+    solvers = importlib.import_module("jaxid.estimate.logs.shooting_solvers")
+    problem = plain.shooting_problem(logs, regressor, np.asarray(ls.value), 0.5, 5, 100.0, None, None, 64, 1)
+    ne, _ = problem.linearise(np.asarray(ls.value), problem.x0)
+    moved = solvers.parameter_step(ne, problem.dof)
+    fun, jac, z0, *_ = dense_problem(logs, regressor, names, ls)
+    r, j = np.asarray(fun(z0)), np.asarray(jac(z0))
+    p, dof = len(names), r.size - j.shape[1]
+    assert dof == problem.dof and 0.5 * float(r @ r) == pytest.approx(ne.cost, rel=1e-10)
+    col = np.linalg.norm(j, axis=0)
+    step = np.linalg.lstsq(j / col, -r, rcond=None)[0] / col
+    _, sv, vt = np.linalg.svd(j / col, full_matrices=False)
+    std = np.sqrt(float(r @ r) / dof * np.diag((vt.T / sv**2) @ vt)[:p]) / col[:p]
+    assert moved == pytest.approx(np.max(np.abs(step[:p]) / std), rel=1e-6)
+    est = output_error(logs, regressor, names, start=ls, parameter_tolerance=1.01 * moved)
+    assert est.status == "ok" and est.iterations == 1 and "converged in the parameters" in est.notes, est.notes
+    np.testing.assert_array_equal(est.value, ls.value)
+
+
 @pytest.mark.parametrize("lags", [-1, 2])
 def test_covariance_options_equal_the_dense_path(two_link, lags):
     """``lags=-1``: ``σ̂² (JᵀJ)⁻¹`` (white residuals); ``lags=2``: the segment sandwich over two

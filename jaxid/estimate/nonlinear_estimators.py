@@ -23,6 +23,7 @@ from .kalman.logs import kalman_filter_fit
 from .kalman.records import ekf, ukf
 from .logs import consistent_estimate, output_error
 from .logs.idim import Identification
+from .logs.output_error import PARAMETER_TOLERANCE
 from .logs.output_error_consistent import output_error_consistent
 from .nonlinear import nonlinear_output_error
 from .regressor_estimators import IdimLS, _consistent_map
@@ -134,6 +135,10 @@ class OutputError(AbstractEstimator):
     ``jaxid fit`` weighs the gaps 1 and runs Gauss–Newton (``jaxid.config.fit.FIT_OPTIONS``), which stops with
     a stationarity certificate there. The consistent variant runs its own constrained Gauss–Newton (``solver``
     ``None`` or ``"gauss_newton"``).
+
+    ``parameter_tolerance`` (Gauss–Newton, ``constraint="none"``; default 0.05): stop once the undamped step
+    moves no parameter by more than this many of its standard deviations (``output_error``); 0: only the
+    stationarity certificate, ``ftol`` and ``xtol``.
     """
 
     name: ClassVar[str] = "output_error"
@@ -152,6 +157,7 @@ class OutputError(AbstractEstimator):
         "max_iterations",
         "constraint",
         "solver",
+        "parameter_tolerance",
     )
     log_only: ClassVar[tuple[str, ...]] = log_options
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
@@ -162,10 +168,14 @@ class OutputError(AbstractEstimator):
     max_iterations: int = _static(30)
     constraint: Literal["none", "consistent"] = _static("none")
     solver: Literal["gauss_newton", "trust_region"] | None = _static(None)
+    parameter_tolerance: float = _static_float(PARAMETER_TOLERANCE)
 
     def _fit_logs(self, logs, model, start, options):
         solver = options.pop("solver", None)
+        tolerance = options.pop("parameter_tolerance", PARAMETER_TOLERANCE)
         if options.pop("constraint") == "none":
+            if solver == "gauss_newton":
+                options["parameter_tolerance"] = tolerance
             return output_error(
                 logs,
                 model.regressor,
@@ -179,6 +189,11 @@ class OutputError(AbstractEstimator):
             raise ValueError(
                 f"{self.name}: the consistent variant runs its own constrained Gauss–Newton, not the trust region; "
                 "solver='trust_region' applies to constraint='none' only: drop it."
+            )
+        if tolerance != PARAMETER_TOLERANCE:
+            raise ValueError(
+                f"{self.name}: parameter_tolerance is plain output error's Gauss–Newton stopping rule; the consistent "
+                "variant stops on its own certificate: drop it."
             )
         consistent = _consistent_map(model, self.name)
         standard = consistent_estimate(logs, consistent, start=start, known=model.known).standard

@@ -31,6 +31,7 @@ __all__ = [
     "trust_region",
     "model_decrease",
     "plain_step",
+    "parameter_step",
     "undamped_decrease",
 ]
 
@@ -124,6 +125,23 @@ class Step(NamedTuple):
     info: object = None
 
 
+def parameter_step(ne: NormalEquations, dof: int) -> float:
+    """``max_i |δφ_i| / σ_i``: the undamped Gauss–Newton step in the fitted parameters (the states
+    eliminated: their best response included) against the parameters' standard deviations
+    ``σ_i² = σ̂² [(A − B C⁻¹ Bᵀ)⁻¹]_ii``, ``σ̂² = 2 cost / dof`` (white residuals). ``inf`` where the
+    Schur complement is not positive definite (the parameters are not all determined)."""
+    factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
+    d_par, _ = factor.solve(-ne.g_par, -ne.g_x)
+    d = np.sqrt(np.abs(np.diag(factor.schur)))
+    if factor._schur is None or not np.all(d > 0):
+        return float("inf")
+    scaled_inverse = np.diag(np.linalg.inv(factor.schur / np.outer(d, d)))
+    if not np.all(scaled_inverse > 0):
+        return float("inf")
+    std = np.sqrt(2 * ne.cost / max(dof, 1) * scaled_inverse) / d
+    return float(np.max(np.abs(d_par) / std))
+
+
 def undamped_decrease(ne: NormalEquations) -> float:
     """``½ gᵀ (JᵀJ)⁻¹ g``: the decrease of ``½ |r|²`` the undamped Gauss–Newton model promises at ``ne``
     (over ``φ`` and the states; the pseudo-inverse's fallback of ``Factor`` where ``JᵀJ`` is singular)."""
@@ -167,6 +185,8 @@ def gauss_newton(
     xtol: float = 1e-10,
     damping: float = 1e-4,
     stationarity: float = STATIONARITY,
+    parameter_tolerance: float | None = None,
+    dof: int | None = None,
 ) -> tuple[Solution, object, list, float]:
     """Minimise ``½ |r|²`` over ``(φ, x)`` by Gauss–Newton damped à la Levenberg–Marquardt with Nielsen's
     update of the damping: the one loop of plain and physically consistent output error.
@@ -182,7 +202,10 @@ def gauss_newton(
 
     Stops (status ``"ok"``) on **stationarity**, before the trial: the step's ``bound`` (a certified upper
     bound on the decrease of the undamped linearised problem at the iterate) at most ``stationarity``
-    times the cost; or on ``ftol`` (a trial point with ``ρ > 1/4`` lowering the cost by less than ``ftol``
+    times the cost; with a ``parameter_tolerance`` (and the residuals' degrees of freedom ``dof``), when the
+    undamped step moves no fitted parameter by more than that many of its standard deviations
+    (``parameter_step``: converged in the parameters while the nuisance states may still creep, the slow
+    tail of a large-residual problem); or on ``ftol`` (a trial point with ``ρ > 1/4`` lowering the cost by less than ``ftol``
     times it) or ``xtol`` (the step's norm against the unknowns'), scipy's tests, where an accepted last
     step is still taken. Else ``"max_iterations"`` after ``max_evaluations`` passes (trial points and the
     start).
@@ -197,12 +220,17 @@ def gauss_newton(
     evaluations = jacobians = 1
     d2_par, d2_x = (np.where(c > 0, c, 1.0) ** 2 for c in ne.column_norms())
     mu, nu = float(damping), 2.0
-    termination, certified, infos = None, None, []
+    termination, certified, infos, checked = None, None, [], None
     while termination is None and evaluations < max_evaluations:
         proposal = step(ne, Factor(ne, mu * d2_par, mu * d2_x), mu, par, carry)
         if proposal.bound is not None and proposal.bound <= stationarity * ne.cost:
             termination, certified = 5, max(proposal.bound, 0.0) / ne.cost
             break
+        if parameter_tolerance is not None and ne is not checked:  # once per iterate, not per rejected trial
+            checked, moved = ne, parameter_step(ne, dof)
+            if moved <= parameter_tolerance:
+                termination, certified = 6, moved
+                break
         d_par, d_x = proposal.d_par, proposal.d_x
         predicted = model_decrease(ne, d_par, d_x)
         trial_cost = evaluate(par + d_par, states + d_x)
@@ -222,11 +250,15 @@ def gauss_newton(
         col_par, col_x = ne.column_norms()
         d2_par, d2_x = np.maximum(d2_par, col_par**2), np.maximum(d2_x, col_x**2)
     status = "max_iterations" if termination is None else "ok"
-    message = (
-        f"stationary: the linearised problem lowers the cost by at most {certified:.1e} of it"
-        if termination == 5
-        else _MESSAGES[termination or 0]
-    )
+    if termination == 5:
+        message = f"stationary: the linearised problem lowers the cost by at most {certified:.1e} of it"
+    elif termination == 6:
+        message = (
+            f"converged in the parameters: the undamped Gauss–Newton step moves none by more than "
+            f"{certified:.1e} of its standard deviation"
+        )
+    else:
+        message = _MESSAGES[termination or 0]
     return Solution(par, states, ne, extra, evaluations, jacobians, status, message), carry, infos, mu
 
 
