@@ -200,7 +200,8 @@ def test_gauss_newton_stops_certified_at_the_dense_optimum(two_link):
 def test_parameter_criterion_equals_the_dense_route(two_link):
     """``parameter_step`` (Gauss–Newton's convergence in the parameters) at the start: the undamped step's
     ``θ`` part against ``θ``'s white standard deviations, from the dense Jacobian by least squares and
-    ``σ̂² (JᵀJ)⁻¹``. A fit told to stop there (tolerance above it) says so and stops after one pass."""
+    ``σ̂² (JᵀJ)⁻¹``. The rule is tested only once the cost can fall by at most ``SETTLED_COST`` of itself:
+    at this start it could fall by more, so even an unbounded tolerance stops later, and says so."""
     regressor, names, logs, ls, _ = two_link
     plain = importlib.import_module("jaxid.estimate.logs.output_error")
     solvers = importlib.import_module("jaxid.estimate.logs.shooting_solvers")
@@ -216,9 +217,9 @@ def test_parameter_criterion_equals_the_dense_route(two_link):
     _, sv, vt = np.linalg.svd(j / col, full_matrices=False)
     std = np.sqrt(float(r @ r) / dof * np.diag((vt.T / sv**2) @ vt)[:p]) / col[:p]
     assert moved == pytest.approx(np.max(np.abs(step[:p]) / std), rel=1e-6)
-    est = output_error(logs, regressor, names, start=ls, parameter_tolerance=1.01 * moved)
-    assert est.status == "ok" and est.iterations == 1 and "converged in the parameters" in est.notes, est.notes
-    np.testing.assert_array_equal(est.value, ls.value)
+    assert solvers.undamped_decrease(ne) > solvers.SETTLED_COST * ne.cost
+    est = output_error(logs, regressor, names, start=ls, parameter_tolerance=1e9)
+    assert est.status == "ok" and est.iterations > 1 and "converged in the parameters" in est.notes, est.notes
 
 
 @pytest.mark.parametrize("lags", [-1, 2])

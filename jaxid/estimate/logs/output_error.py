@@ -36,7 +36,8 @@ Gauss–Newton loop it shares with the physically consistent variant: each step 
 ``1e-6`` of it (``½ gᵀ(JᵀJ)⁻¹g``, stated in the notes: a first-order certificate far below the cost of one
 standard deviation, ``σ̂²/2 ≈ cost/dof``); on **convergence in the parameters**: the undamped step moves no
 parameter by more than ``parameter_tolerance`` = 0.05 of its standard deviation (``σ̂² (JᵀJ)⁻¹``, the
-states eliminated; ``PARAMETER_TOLERANCE`` says why); or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
+states eliminated; ``PARAMETER_TOLERANCE`` says why), tested once the cost can fall by at most 1e-3 of itself
+(``shooting_solvers.SETTLED_COST``: a far-off start's inflated ``σ̂²`` does not make its steps look small); or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
 ``"max_iterations"`` after ``max_iterations`` passes. ``solver="trust_region"`` is
 ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method step for step
 (``shooting_solvers.trust_region``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).

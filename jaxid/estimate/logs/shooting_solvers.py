@@ -27,6 +27,7 @@ __all__ = [
     "Solution",
     "Step",
     "STATIONARITY",
+    "SETTLED_COST",
     "gauss_newton",
     "trust_region",
     "model_decrease",
@@ -109,6 +110,9 @@ _MESSAGES = {
 #: ``gauss_newton``'s stationarity test: stop when the linearised problem (undamped) cannot lower ``½ |r|²``
 #: by more than this fraction of it.
 STATIONARITY = 1e-6
+#: ``gauss_newton``'s convergence in the parameters is tested only where the undamped linearised problem
+#: cannot lower the cost by more than this fraction of it (the stds it measures steps against then hold).
+SETTLED_COST = 1e-3
 
 
 class Step(NamedTuple):
@@ -205,7 +209,8 @@ def gauss_newton(
     times the cost; with a ``parameter_tolerance`` (and the residuals' degrees of freedom ``dof``), when the
     undamped step moves no fitted parameter by more than that many of its standard deviations
     (``parameter_step``: converged in the parameters while the nuisance states may still creep, the slow
-    tail of a large-residual problem); or on ``ftol`` (a trial point with ``ρ > 1/4`` lowering the cost by less than ``ftol``
+    tail of a large-residual problem), tested once the step's ``bound`` is at most ``SETTLED_COST`` of the
+    cost (``σ̂²``, hence the stds, then within 0.1 % of the optimum's); or on ``ftol`` (a trial point with ``ρ > 1/4`` lowering the cost by less than ``ftol``
     times it) or ``xtol`` (the step's norm against the unknowns'), scipy's tests, where an accepted last
     step is still taken. Else ``"max_iterations"`` after ``max_evaluations`` passes (trial points and the
     start).
@@ -226,7 +231,10 @@ def gauss_newton(
         if proposal.bound is not None and proposal.bound <= stationarity * ne.cost:
             termination, certified = 5, max(proposal.bound, 0.0) / ne.cost
             break
-        if parameter_tolerance is not None and ne is not checked:  # once per iterate, not per rejected trial
+        # Convergence in the parameters, once the cost (so σ̂² and the stds) can fall by at most
+        # ``SETTLED_COST`` of itself: a far-off start's inflated σ̂² must not make its steps look small.
+        settled = proposal.bound is not None and proposal.bound <= SETTLED_COST * ne.cost
+        if parameter_tolerance is not None and settled and ne is not checked:  # once per iterate
             checked, moved = ne, parameter_step(ne, dof)
             if moved <= parameter_tolerance:
                 termination, certified = 6, moved
