@@ -83,3 +83,33 @@ def test_output_error_s_solver_reaches_the_fit_and_the_consistent_variant_refuse
         )
     with pytest.raises(ValueError, match="option 'solver'"):
         make_estimator("output_error", {"solver": "lm"})
+
+
+def test_output_error_s_parameter_tolerance_reaches_gauss_newton_and_is_refused_elsewhere(monkeypatch):
+    """``parameter_tolerance`` goes to ``output_error`` with Gauss–Newton (the fit's solver); with the trust
+    region or the consistent variant, where no such rule runs, a changed value is a one-line error."""
+    from jaxid.estimate import make_estimator
+    from jaxid.estimate import nonlinear_estimators as ne
+
+    seen = []
+
+    def spy(logs, regressor, names, **kwargs):
+        seen.append(kwargs.get("parameter_tolerance"))
+        raise RuntimeError("stop")
+
+    class Model:
+        regressor, names, known = None, ("a",), None
+
+    monkeypatch.setattr(ne, "output_error", spy)
+    options = {"solver": "gauss_newton", "parameter_tolerance": 0.2}
+    with pytest.raises(RuntimeError, match="stop"):
+        make_estimator("output_error", options)._fit_logs([], Model, None, {"constraint": "none", **options})
+    assert seen == [0.2]
+    with pytest.raises(ValueError, match="add solver = 'gauss_newton'"):
+        make_estimator("output_error", {"parameter_tolerance": 0.2})._fit_logs(
+            [], Model, None, {"constraint": "none", "solver": None, "parameter_tolerance": 0.2}
+        )
+    with pytest.raises(ValueError, match="the consistent variant stops on its own certificate"):
+        make_estimator("output_error_consistent", {"parameter_tolerance": 0.2})._fit_logs(
+            [], Model, None, {"constraint": "consistent", "parameter_tolerance": 0.2}
+        )

@@ -176,6 +176,11 @@ class OutputError(AbstractEstimator):
         if options.pop("constraint") == "none":
             if solver == "gauss_newton":
                 options["parameter_tolerance"] = tolerance
+            elif tolerance != PARAMETER_TOLERANCE:
+                raise ValueError(
+                    f"{self.name}: parameter_tolerance is Gauss–Newton's stopping rule, and this runs the trust "
+                    "region; add solver = 'gauss_newton' or drop it."
+                )
             return output_error(
                 logs,
                 model.regressor,
