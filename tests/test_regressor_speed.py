@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _arms import tilted_prismatic
 
 from jaxid.model import serial_dynamics, spatial
-from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
 
 ROBOTS = Path(__file__).resolve().parents[1] / "data" / "robots"
@@ -29,33 +29,13 @@ def _relative(ours, theirs):
     return np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
 
 
-def _tilted_prismatic() -> SerialArm:
-    rng = np.random.default_rng(4)
-    rotations = np.stack([np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(3)])
-    rotations *= np.sign(np.linalg.det(rotations))[:, None, None]
-    inertial = np.concatenate([rng.uniform(0.5, 2.0, (3, 1)), rng.normal(0, 0.1, (3, 3)), np.zeros((3, 6))], axis=1)
-    inertial[:, [4, 7, 9]] = rng.uniform(0.1, 0.3, (3, 3))
-    return SerialArm(
-        ("revolute", "prismatic", "revolute"),
-        rng.normal(size=(3, 3)),
-        rotations,
-        rng.normal(0, 0.3, (3, 3)),
-        inertial,
-        viscous=0.3,
-        coulomb=0.2,
-        armature=0.05,
-        offset=0.1,
-        gravity=(0.3, -0.2, -9.8),
-    )
-
-
 @pytest.fixture(scope="module", params=["ur5", "panda", "prismatic"])
 def arm(request):
     if request.param == "ur5":
         return load_arm(ROBOTS / "ur5_robot.urdf")
     if request.param == "panda":
         return load_arm(ROBOTS / "panda.urdf", fixed_joints=PANDA_FINGERS)
-    return _tilted_prismatic()
+    return tilted_prismatic()
 
 
 def _states(arm, seed, batch=(B,)):

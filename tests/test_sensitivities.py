@@ -1,6 +1,6 @@
 """Forward sensitivities of a simulated segment (``jaxid.estimate.logs.sensitivities``) against
 ``jax.jacfwd`` of the plain simulation (``stepping.simulate_segments``) — autodiff of the same discrete
-map, an independent route — on a three-joint arm with a prismatic joint, friction and fixed (``known``)
+map, an independent route — on a three-joint arm with a prismatic joint, friction, offsets and fixed (``known``)
 parameters, and on the two-link arm (the ``2 × 2`` Cramer path); one and two RK4 substeps."""
 
 import functools
@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _arms import tilted_prismatic
 
 import jaxid
 from jaxid.estimate.logs.sensitivities import segment_sensitivities
@@ -17,25 +18,6 @@ from jaxid.fit.model import BaseColumns
 from jaxid.model import SerialArm, base_parameters, standard_parameters
 
 STEPS, H = 12, 0.01
-
-
-def _three_joint() -> SerialArm:
-    rng = np.random.default_rng(4)
-    rotations = np.stack([np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(3)])
-    rotations *= np.sign(np.linalg.det(rotations))[:, None, None]
-    inertial = np.concatenate([rng.uniform(0.5, 2.0, (3, 1)), rng.normal(0, 0.1, (3, 3)), np.zeros((3, 6))], axis=1)
-    inertial[:, [4, 7, 9]] = rng.uniform(0.1, 0.3, (3, 3))
-    return SerialArm(
-        ("revolute", "prismatic", "revolute"),
-        rng.normal(size=(3, 3)),
-        rotations,
-        rng.normal(0, 0.3, (3, 3)),
-        inertial,
-        viscous=0.3,
-        coulomb=0.2,
-        armature=0.05,
-        gravity=(0.3, -0.2, -9.8),
-    )
 
 
 def _model(arm):
@@ -66,7 +48,7 @@ def _model(arm):
 @pytest.mark.parametrize("substeps", [1, 2])
 @pytest.mark.parametrize("which", ["three_joint", "two_link"])
 def test_sensitivities_equal_jacfwd_of_the_simulation(which, substeps):
-    arm = _three_joint() if which == "three_joint" else jaxid.double_pendulum()
+    arm = tilted_prismatic() if which == "three_joint" else jaxid.double_pendulum()
     regressor, known, theta = _model(arm)
     n = arm.dof
     rng = np.random.default_rng(1)
