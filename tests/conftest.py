@@ -79,6 +79,7 @@ def _with_fast_compile() -> None:
     )  # fmt: skip
     if result.returncode == 0:
         os.environ["XLA_FLAGS"] = trial
+        os.environ["JAXID_TEST_XLA_FLAGS"] = FAST_COMPILE_FLAG  # for the tests' subprocesses (tests/_env.py)
 
 
 if "PYTEST_XDIST_WORKER" not in os.environ:  # once per run, not in each worker

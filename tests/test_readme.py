@@ -1,7 +1,6 @@
 """The README's commands run as printed: the library quickstart (every estimator ok and within its
 bounds) and the main job's `jaxid run` command (on the experiment's smoke setting)."""
 
-import os
 import re
 import shlex
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _env import child_env
 
 import jaxid
 from jaxid.config import load_experiment
@@ -63,7 +63,7 @@ def test_readme_main_command_runs(tmp_path):
     exe = Path(sys.executable).parent / "jaxid"
     exe = str(exe) if exe.exists() else shutil.which("jaxid")
     out = tmp_path / "main"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     done = subprocess.run(
         [exe, *command[1:], "--settings", "smoke", "--out", str(out), "--quiet"],
         capture_output=True,

@@ -4,7 +4,6 @@ Fast settings: multisines with a 10-20 s period instead of the paper's 100 s; co
 are shared through module fixtures.
 """
 
-import os
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _env import child_env
 
 import jaxid
 from jaxid.simulation import DIVERGED, MAX_STEPS, NOT_STEADY, SUCCESS, sincos
@@ -176,7 +176,7 @@ def test_batch_equals_loop_and_compiles_once(arm, monkeypatch):
 
 _FOUR_DEVICES = """
 import os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 import jaxid
@@ -201,7 +201,7 @@ assert np.isfinite(np.asarray(sharded.q)).all()
 def test_batch_sharded_over_four_devices_equals_one_device():
     """A batch that is not a multiple of the device count, sharded over 4 host devices (a fresh
     process: the device count is fixed at start-up), equals the unsharded batch."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     subprocess.run([sys.executable, "-c", _FOUR_DEVICES], check=True, env=env, timeout=600)
 
 

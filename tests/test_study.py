@@ -4,7 +4,6 @@ overwrite protection, float64, and the CLI."""
 
 import json
 import math
-import os
 import shutil
 import signal
 import statistics
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _env import child_env
 
 import jaxid
 import jaxid.study.runner as runner
@@ -383,7 +383,7 @@ def test_sigkilled_run_resumes_to_identical_table(reference, tmp_path, monkeypat
     """A process killed with SIGKILL in the middle of a chunk (setting a finished, b half done):
     the same command finishes the run, redoes no finished chunk, and gives the uninterrupted table."""
     out, marker = tmp_path / "run", tmp_path / "in_chunk"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", _KILL_SCRIPT, str(out), str(marker), str(Path(__file__).parent)], env=env
     )
@@ -500,7 +500,7 @@ run_experiment(tiny(estimators=("equation_error",), only=("b",)), sys.argv[3], p
         sock.bind(("localhost", 0))
         port = sock.getsockname()[1]
     out = tmp_path / "mp"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     args = lambda i: [sys.executable, "-c", script, f"localhost:{port}", str(i), str(out), str(Path(__file__).parent)]
     procs = [subprocess.Popen(args(i), env=env) for i in (0, 1)]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]

@@ -3,13 +3,13 @@ study against the one-device rows of every estimator family (which shares the ba
 run's compiled estimators, so it lives in this file)."""
 
 import json
-import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from _env import child_env
 from test_study import SHARE_WIDTH, assert_same_trials, check_smoke_run, trials_table
 
 import jaxid
@@ -84,7 +84,7 @@ FOUR_DEVICE_ESTIMATORS = ("equation_error", "idim_ls", "ekf")
 
 _DEVICE_SCRIPT = """
 import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 import jax
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[2])
@@ -107,7 +107,7 @@ def test_four_devices_give_the_one_device_rows(tmp_path):
     input path runs on them: the rows equal a one-device run's (of every family) exactly."""
     one = run_experiment(families(), tmp_path / "dev1", progress=False, figures=False)
     out = tmp_path / "dev4"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     subprocess.run(
         [sys.executable, "-c", _DEVICE_SCRIPT, str(out), str(Path(__file__).parent)], check=True, env=env, timeout=900
     )
