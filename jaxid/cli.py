@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from . import _platform
+
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -40,7 +42,11 @@ def _setup_jax(
         devices = os.cpu_count() or 1
     flags = os.environ.get("XLA_FLAGS", "")
     if devices > 1 and "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+        flags = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    # Faster, smaller compiles where verified (jaxid._platform: a first fit 106 -> 96 s, 1.69 -> 1.32 GB).
+    flags = _platform.with_fast_compile(flags)
+    if flags:
+        os.environ["XLA_FLAGS"] = flags
     if devices > 1:
         # One core per XLA device already: a multi-threaded OpenBLAS under it (numpy's and jax's
         # LAPACK calls) only oversubscribes. Measured on the shared 2-core machine: the benchmark's

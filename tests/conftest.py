@@ -57,8 +57,9 @@ def _prune(path: Path, max_bytes: int) -> None:
 #: XLA's CPU flag that compiles fusions with its older (elemental) emitters instead of the fusion
 #: emitters: the same HLO, another code generator. Measured on an empty compilation cache, 2 cores:
 #: XLA compile time of ``test_design`` + ``test_ekf`` 89.5 -> 66.1 s (-26 %); the KUKA fit and a UR5's
-#: consistent output error 115 -> 89 s cold, 59.5 -> 57.3 s warm (no slower at run time). Tests only
-#: (``JAXID_TEST_FAST_COMPILE=0`` turns it off); the library and the CLI compile with XLA's default.
+#: consistent output error 115 -> 89 s cold, 59.5 -> 57.3 s warm (no slower at run time). The command
+#: line adds the same flag (``jaxid._platform.FAST_COMPILE_FLAG``, tested equal) on the jaxlib releases it
+#: is verified on; the suite probes for it on any (``JAXID_TEST_FAST_COMPILE=0`` turns it off).
 FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 

@@ -1,5 +1,5 @@
-"""jaxid._platform: the jaxlib 0.11 CPU FFT deadlock work-around (a flag added to XLA_FLAGS at import), and
-the release of compiled programs near the memory-map limit."""
+"""jaxid._platform: the jaxlib 0.11 CPU FFT deadlock work-around (a flag added to XLA_FLAGS at import), the
+command line's fast-compile flag, and the release of compiled programs near the memory-map limit."""
 
 from importlib import metadata
 
@@ -30,6 +30,27 @@ def test_apply_adds_the_flag_only_where_needed(monkeypatch):
     assert _platform.os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=true"
     monkeypatch.delenv("XLA_FLAGS")
     assert apply("0.11.2") and _platform.os.environ["XLA_FLAGS"] == FFT_DEADLOCK_FLAG
+
+
+def test_fast_compile_flag_only_where_verified_and_wanted(monkeypatch):
+    from jaxid._platform import FAST_COMPILE_FLAG, with_fast_compile
+
+    monkeypatch.delenv("JAXID_FAST_COMPILE", raising=False)
+    device = "--xla_force_host_platform_device_count=2"
+    assert with_fast_compile("", "0.10.2") == FAST_COMPILE_FLAG
+    assert with_fast_compile(device, "0.10.0") == f"{device} {FAST_COMPILE_FLAG}"
+    for version in ("0.11.2", "0.9.0", "0.100.1", "1.10.0"):  # not verified: XLA would abort on an unknown flag
+        assert with_fast_compile(device, version) == device, version
+    mine = "--xla_cpu_use_fusion_emitters=true"  # the user's choice wins
+    assert with_fast_compile(mine, "0.10.2") == mine
+    monkeypatch.setenv("JAXID_FAST_COMPILE", "0")
+    assert with_fast_compile(device, "0.10.2") == device
+
+
+def test_the_suite_compiles_as_the_command_line():
+    import conftest
+
+    assert conftest.FAST_COMPILE_FLAG == _platform.FAST_COMPILE_FLAG
 
 
 def test_apply_warns_when_jax_already_started(monkeypatch):
