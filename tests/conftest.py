@@ -131,6 +131,8 @@ HEAVY_FIRST = (
 
 
 def pytest_configure(config):
+    if os.environ.get("JAXID_COMPILE_PROFILE"):  # where the JAX time goes (tests/_compile_profile.py)
+        config.pluginmanager.import_plugin("_compile_profile")
     # xdist would otherwise hand out files by test count (``--loadscope-reorder``), not by cost.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
