@@ -5,7 +5,7 @@
 child then compiles as the tests do, so that it shares their persistent-cache entries (the flags are in
 an entry's key) and its numbers equal theirs bit for bit (another code generator can differ in the last
 ulp), without flags a test set for itself. A child script that needs more flags (a host device count)
-appends them to ``XLA_FLAGS`` (``with_flag``).
+appends them to its ``XLA_FLAGS`` before importing jax.
 """
 
 import os
