@@ -256,8 +256,8 @@ class ShootingProblem(NamedTuple):
     """A multiple-shooting fit's set-up (``shooting_problem``): the segments' start states ``x0``
     ``(S, m)``, which segment links on (``linked``) and each one's log (``owner``), the continuity
     weights ``scale_c``, the per-joint angle noise ``sigma``, the segment length (samples) and step,
-    the substeps (and the stiffness that set them, ``None`` if given), the residuals' degrees of freedom
-    ``dof`` (rows less unknowns ``θ`` and states), and two passes:
+    the substeps (and the stiffness that set them, ``None`` if given), the residual rows (angles and continuity
+    gaps) and their degrees of freedom ``dof`` (rows less unknowns ``θ`` and states), and two passes:
     ``evaluate(φ, x)`` (the cost, ``None`` if not finite) and ``linearise(φ, x)`` (``(NormalEquations,
     (Blocks, θ))`` in ``φ``, ``None`` if not finite)."""
 
@@ -272,6 +272,7 @@ class ShootingProblem(NamedTuple):
     stiffness: float | None
     evaluate: Callable
     linearise: Callable
+    rows: int
     dof: int
 
 
@@ -341,7 +342,9 @@ def shooting_problem(
     owner = np.concatenate(owner)
     rows = len(x0) * len(range(0, length, stride)) * x0.shape[1] // 2 + x0.shape[1] * int(linked.sum())
     dof = rows - (len(theta0) + x0.size)
-    return ShootingProblem(x0, linked, owner, scale_c, sigma, length, h, substeps, stiffness, evaluate, linearise, dof)
+    return ShootingProblem(
+        x0, linked, owner, scale_c, sigma, length, h, substeps, stiffness, evaluate, linearise, rows, dof
+    )
 
 
 def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, solver_note, **extra):
@@ -352,7 +355,7 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     segments, m = sol.states.shape
     n = m // 2
     reduced = schur_complement(theta_normal)
-    rows = blocks.res.size + m * int(problem.linked.sum())
+    rows = problem.rows
     dof = max(problem.dof, 1)
     s2 = 2 * sol.normal.cost / dof
     d = np.sqrt(np.abs(np.diag(reduced)))
