@@ -113,3 +113,12 @@ def test_output_error_s_parameter_tolerance_reaches_gauss_newton_and_is_refused_
         make_estimator("output_error_consistent", {"parameter_tolerance": 0.2})._fit_logs(
             [], Model, None, {"constraint": "consistent", "parameter_tolerance": 0.2}
         )
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_output_error_s_parameter_tolerance_must_be_finite_and_non_negative(bad):
+    from jaxid.estimate import make_estimator
+
+    with pytest.raises(ValueError, match="'parameter_tolerance' must be a finite number ≥ 0"):
+        make_estimator("output_error", {"parameter_tolerance": bad})
+    assert make_estimator("output_error", {"parameter_tolerance": 0.0}).parameter_tolerance == 0.0

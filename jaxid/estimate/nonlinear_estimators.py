@@ -9,6 +9,7 @@ docstring; the name table is there too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -173,6 +174,13 @@ class OutputError(AbstractEstimator):
     constraint: Literal["none", "consistent"] = _static("none")
     solver: Literal["gauss_newton", "trust_region"] | None = _static(None)
     parameter_tolerance: float = _static_float(PARAMETER_TOLERANCE)
+
+    def __check_init__(self):  # equinox runs the base class's check (the options' types) as well
+        if not (math.isfinite(self.parameter_tolerance) and self.parameter_tolerance >= 0):
+            raise ValueError(
+                f"{type(self).__name__}: option 'parameter_tolerance' must be a finite number ≥ 0 (standard "
+                f"deviations; 0 stops on the stationarity certificate alone), got {self.parameter_tolerance!r}."
+            )
 
     def _fit_logs(self, logs, model, start, options):
         solver = options.pop("solver", None)
