@@ -1,11 +1,13 @@
 """The benchmark's batched IDIM-IV (``jaxid.benchmark.batched_iv``) against the trial-by-trial
 ``idim_iv`` (the reference: ``make_estimator("idim_iv")`` on the same log and IDIM-LS start), a trial's
-numbers independent of its chunk, and a trial the batched path leaves to the trial-by-trial call.
+numbers independent of its chunk, its restarts, more substeps and errors as the trial-by-trial call's.
 
 Uses the two-joint benchmark of ``tests/test_benchmark.py`` with the chunk width of
 ``tests/test_benchmark_batched.py`` (same config), so the closed loop, the batched IDIM-LS and the
 trial-by-trial IDIM-IV compile to the same programs as there.
 """
+
+import importlib
 
 import equinox as eqx
 import numpy as np
@@ -16,7 +18,7 @@ from test_benchmark import write_config
 from jaxid.benchmark import batched, load_benchmark
 from jaxid.benchmark.batched import _log, _start, batched_fits, run_chunk
 from jaxid.benchmark.batched_iv import batched_iv
-from jaxid.benchmark.trial import _failure, make_plan, simulate_trials
+from jaxid.benchmark.trial import make_plan, simulate_trials
 from jaxid.estimate import make_estimator
 
 
@@ -34,15 +36,6 @@ def chunk(plan):
     run = {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
     fits = batched_fits(plan, run, ("idim_ls",))
     return run, fits, [_log(plan, run, fits, k) for k in range(3)], [_start(plan, fits, k) for k in range(3)]
-
-
-def _alone(plan, log, start):
-    """The trial-by-trial call ``run_chunk`` falls back to: ``(value, covariance, status, notes)``."""
-    try:
-        est = make_estimator("idim_iv")([log], plan.model, start=start)
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
-        return None, None, _failure(err), str(err)
-    return est.value, est.covariance, est.status, est.notes
 
 
 @pytest.mark.slow
@@ -78,21 +71,31 @@ def test_a_trial_does_not_depend_on_its_chunk(plan, chunk):
         np.testing.assert_array_equal(got.covariance, first.covariance)
 
 
+def _close(got, reference, tol=1e-9):
+    """Estimate and covariance of two estimates to ``tol`` of the reference's norm."""
+    for a, b in ((got.value, reference.value), (got.covariance, reference.covariance)):
+        assert np.max(np.abs(np.asarray(a) - np.asarray(b))) < tol * np.linalg.norm(b)
+
+
 @pytest.mark.slow
-def test_a_trial_the_batched_path_leaves_runs_trial_by_trial(plan, chunk, monkeypatch):
+def test_restarts_and_more_substeps_run_batched_as_trial_by_trial(plan, chunk, monkeypatch):
     """A start whose simulations leave the measured trajectory (IDIM-LS's estimate negated: the mass
-    matrix negative definite): ``batched_iv`` leaves it (``None``; its neighbour's numbers unchanged, bit
-    for bit) and ``run_chunk``'s row for it is the trial-by-trial call's (here ``ok``, its simulations
-    restarted every 0.125 s); the other trial's is the batched one."""
+    matrix negative definite): ``batched_iv`` restarts it more often as ``idim_iv`` does and gives the
+    trial-by-trial call's status, notes (restarted every 0.125 s) and estimate; its neighbour's numbers
+    are unchanged, bit for bit, and ``run_chunk``'s rows are the batched ones. With no substep count
+    allowed in a wide block (``IV_MAX_SUBSTEPS = 0``) every trial runs in a block of its own at its
+    traced count: the trial-by-trial estimates again."""
     run, _, logs, starts = chunk
     run = {f: v[:2] for f, v in run.items()}
     fits = batched_fits(plan, run, tuple(plan.setting["estimators"]))  # run_chunk's program
     measured = (fits["ls_rows"], fits["y"], fits["rows"])
     bad = [starts[0], eqx.tree_at(lambda s: s.value, starts[1], -np.asarray(starts[1].value))]
     out = batched_iv(plan, logs[:2], bad, measured=measured)
-    assert out[1] is None
     np.testing.assert_array_equal(out[0].value, batched_iv(plan, logs[:2], starts[:2], measured=measured)[0].value)
-    value, _, status, _ = _alone(plan, logs[1], bad[1])
+    reference = make_estimator("idim_iv")([logs[1]], plan.model, start=bad[1])
+    assert "restarted every 0.125 s" in reference.notes
+    assert (out[1].status, out[1].notes) == (reference.status, reference.notes)
+    _close(out[1], reference)
 
     def negated(*args, **kwargs):
         fits = original(*args, **kwargs)
@@ -100,11 +103,30 @@ def test_a_trial_the_batched_path_leaves_runs_trial_by_trial(plan, chunk, monkey
         return fits
 
     original = batched.batched_fits
-    monkeypatch.setattr(batched, "batched_fits", negated)
-    rows = pd.DataFrame(run_chunk(plan, run, [0, 1]))
+    with monkeypatch.context() as patch:
+        patch.setattr(batched, "batched_fits", negated)
+        rows = pd.DataFrame(run_chunk(plan, run, [0, 1]))
     iv = rows[rows.estimator == "idim_iv"]
-    assert (iv[iv.trial == 1].status == status).all()
-    if value is not None:
-        np.testing.assert_allclose(iv[iv.trial == 1].estimate, value, rtol=1e-12)
-    assert (iv[iv.trial == 0].status == "ok").all()
+    assert list(iv.groupby("trial").status.first()) == ["ok", reference.status]
     np.testing.assert_array_equal(iv[iv.trial == 0].estimate, out[0].value)
+    np.testing.assert_array_equal(iv[iv.trial == 1].estimate, out[1].value)
+
+    monkeypatch.setattr(importlib.import_module("jaxid.benchmark.batched_iv"), "IV_MAX_SUBSTEPS", 0)
+    alone = batched_iv(plan, logs, starts, measured=None)
+    for k, (log, start) in enumerate(zip(logs, starts, strict=True)):
+        reference = make_estimator("idim_iv")([log], plan.model, start=start)
+        assert (alone[k].status, alone[k].notes) == (reference.status, reference.notes)
+        _close(alone[k], reference)
+
+
+@pytest.mark.slow
+def test_a_trial_whose_call_raises_gets_its_error(plan, chunk):
+    """A start whose simulations are not finite at any restart interval (NaN): the trial-by-trial call
+    raises; ``batched_iv`` gives the same error in the trial's place and the other trial's estimate unchanged."""
+    _, _, logs, starts = chunk
+    wild = eqx.tree_at(lambda s: s.value, starts[1], np.full_like(starts[1].value, np.nan))
+    with pytest.raises(ValueError) as raised:
+        make_estimator("idim_iv")([logs[1]], plan.model, start=wild)
+    out = batched_iv(plan, logs[:2], [starts[0], wild])
+    assert isinstance(out[1], ValueError) and str(out[1]) == str(raised.value)
+    np.testing.assert_array_equal(out[0].value, batched_iv(plan, logs[:2], starts[:2])[0].value)

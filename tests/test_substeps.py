@@ -112,3 +112,23 @@ def test_one_substep_is_the_default_bit_for_bit():
         regressor, theta, y0, stage_torques(tau)[None], H, None
     )
     np.testing.assert_array_equal(run(regressor, theta, y0, stage_torques(tau)[None], H, None, 1), default)
+
+
+def test_a_traced_count_equals_the_static_one_in_one_program():
+    """``substeps`` as a traced integer (``integrate_sample``'s ``fori_loop``: trials of different counts in
+    one program, ``jaxid.benchmark.batched_iv``) gives the static count's states, lane by lane under ``vmap``
+    with each lane at its own count (measured: equal to the last bit here); one compiled program for all."""
+    t = H * np.arange(41)
+    tau = jnp.asarray((A_TAU + B_TAU * t**2)[:, None])  # curved: the substeps' torques matter
+    y0 = jnp.asarray([[0.3, -2.0]])
+    stages = stage_torques(tau)[None]
+    static = jax.jit(simulate_segments, static_argnums=(0, 4, 5, 6))
+    traced = jax.jit(
+        jax.vmap(lambda k: simulate_segments(regressor, THETA, y0, stages, H, None, k)[0]),
+    )
+    counts = np.array([1, 3, 2, 5])
+    lanes = np.asarray(traced(jnp.asarray(counts, jnp.int32)))
+    for lane, k in zip(lanes, counts, strict=True):
+        expected = np.asarray(static(regressor, THETA, y0, stages, H, None, int(k)))[0]
+        np.testing.assert_allclose(lane, expected, rtol=1e-13, atol=1e-15)
+    assert traced._cache_size() == 1

@@ -25,8 +25,8 @@ trials that are to run them as one ``kalman_filter_batch`` call each (one ``vmap
 padded to ``min(plan.width, the estimator's trial limit)``, so again a trial's numbers do not depend
 on its chunk), with the estimator class's default options. IDIM-IV runs batched as well
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
-``vmap``, the algebra ``idim_iv``'s own; equal to it to round-off); a trial it leaves out (restarts more
-often than ``segment_s``, a singular instrument matrix) runs trial by trial. The others (output error,
+``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal to it
+to round-off, a trial whose call would raise given that error). The others (output error,
 bounded LS) run trial by trial as in ``run_estimators``. All of them start from the batched IDIM-LS
 estimate on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s;
 seconds per trial of a batched estimator or filter are its call's time over its trials.

@@ -8,30 +8,40 @@ the default decimation), with the work that dominates it done for all trials at 
 1. **Measured side** (once): the parallel-filtered regressor and torque at the rows the segments can
    give: ``measured``, the batched IDIM-LS program's rows ``F Y`` (``run_chunk`` passes them; equal to
    ``idim_iv``'s to round-off), or else ``idim_iv``'s own expressions (``rowwise`` of the regressor at
-   every sample, ``FilteredLog.band``), the trials spread over the host's cores (``thread_map``).
+   every sample, ``FilteredLog.band``), once per trial that needs them.
 2. **Per pass**: each trial's RK4 substeps, ``stable_substeps`` of its own estimate on its own log
    (as ``idim_iv``: more substeps are another discretisation, so trials are never run at another
-   trial's count); the trials grouped by that count, each group in blocks of ``block`` lanes (the
-   last block padded with copies of its last trial, so a trial's numbers do not depend on the chunk
-   it ran in) through one compiled program per count: a ``vmap`` over the trials of
-   ``stepping.simulate_segments`` from the filtered measured state every ``segment_s`` (all trials
-   of a setting have the same segments: same length, step and trim), the ``NEAR_RAD`` rule per
-   segment, the accelerations at the simulated states; the blocks spread over the host's cores
-   (``thread_map``). Then the instrument rows (``rowwise`` of the regressor at the kept simulated
-   states, all trials in one call) and the per-trial ``p × p`` algebra on host, ``iv.py``'s own
-   (``_iv_weights``, ``_iv_solve``, ``_iv_identification``: column scaling, condition check, solve,
-   Newey-West sandwich, smallest canonical correlation).
+   trial's count), and ``idim_iv``'s restarts (``iv._near_signals``): the simulations restart from
+   the filtered measured state every ``segment_s`` (all trials of a setting have the same segments:
+   same length, step and trim), and a trial with fewer than ``MIN_NEAR`` of its rows near the measured
+   trajectory (``NEAR_RAD``) is simulated again at half the interval, down to ``MIN_SEGMENT_STEPS``
+   samples (then the error ``idim_iv`` raises). At the first interval the trials with at most
+   ``IV_MAX_SUBSTEPS`` substeps run grouped by that count, each group in blocks of ``block`` lanes (the
+   last block padded with copies of its last trial) through one compiled program per count (static);
+   a trial at more substeps or at a shorter interval runs in a block of its own, its count traced
+   (``stepping.integrate_sample``: one program per interval for every count). Which block a trial
+   runs in is decided on its own data and a block's width never depends on the chunk, so a trial's
+   numbers do not depend on the chunk it ran in. A block is a ``vmap`` over its trials of
+   ``stepping.simulate_segments``, the ``NEAR_RAD`` rule per segment and the accelerations at the
+   simulated states; the blocks spread over the host's cores (``thread_map``). Then the instrument rows
+   (``rowwise`` of the regressor at the kept simulated states, all trials in one call) and the
+   per-trial ``p × p`` algebra on host, ``iv.py``'s own (``_iv_weights``, ``_iv_solve``,
+   ``_iv_identification``: column scaling, condition check, solve, Newey-West sandwich, smallest
+   canonical correlation).
 
-A trial whose batched path would take a branch it does not implement is left to the caller's
-trial-by-trial call (``None`` in its place), so its status and message are ``idim_iv``'s: fewer than
-``MIN_NEAR`` of its rows near the measured trajectory at the default ``segment_s`` (``idim_iv`` then
-restarts more often, or raises), more than ``IV_MAX_SUBSTEPS`` RK4 substeps, a singular instrument
-matrix, a linear-algebra error, a non-finite estimate. Each of these is decided on the trial's own
-data, so whether a trial runs batched does not depend on its chunk either. Equal to the trial-by-trial call to round-off (the segments in another ``vmap``): on 100
+Every branch of ``idim_iv`` runs here: a trial whose call would raise (no interval keeps its
+simulations near, a singular instrument matrix, a linear-algebra error) gets that exception in its
+place, its message the same, for the caller to record as the trial's status. Equal to the trial-by-trial call to round-off (the segments in another ``vmap``): on 100
 trials of ``benchmark_panda``'s ``consistency_rich`` the estimates to 2.5e-11 of a trial's norm, the
 stds to 9e-12; on 20 of ``consistency_poor`` to 1.8e-8 and 9e-9 (its IV passes amplify the simulations'
 round-off: 2e-9 to 5e-9 with ``idim_iv``'s own measured rows); every status the same
-(``tests/test_benchmark_batched_iv.py`` checks it on two joints).
+(``tests/test_benchmark_batched_iv.py`` checks it on two joints, restarts and traced counts included). On
+200 trials of ``consistency_poor`` (2026-12-05) the 31 trials that restart or need more than
+``IV_MAX_SUBSTEPS`` substeps in some pass (formerly run trial by trial) have the same statuses; the 14 of
+them ``ok`` agree with the trial-by-trial call to 2.7e-7 of their norm, the 17 ``weak_instruments`` ones
+(smallest canonical correlation below 0.05: an estimate not determined in some direction) to anywhere
+between 8e-9 and 10: there the trial-by-trial call itself moves as much when its start changes by 1e-13
+of itself (trial 37: 7.8; trial 170, ``ok``: 2.1e-7 against 2.7e-7 between the two paths).
 """
 
 from __future__ import annotations
@@ -48,7 +58,15 @@ from ..estimate import make_estimator
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import accelerations, rowwise
 from ..estimate.logs.idim import Identification, _known_torque, correlation_lags, default_decimation, segment_starts
-from ..estimate.logs.iv import MIN_NEAR, NEAR_RAD, _iv_identification, _iv_solve, _iv_weights
+from ..estimate.logs.iv import (
+    MIN_NEAR,
+    MIN_SEGMENT_STEPS,
+    NEAR_RAD,
+    _iv_identification,
+    _iv_solve,
+    _iv_weights,
+    not_near_error,
+)
 from ..estimate.logs.stepping import simulate_segments, stable_substeps, stage_torques
 
 __all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
@@ -57,25 +75,28 @@ __all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
 #: step's work is not dominated by the loop's overhead, small enough that the trials of a chunk fill a block
 #: per core and that a trial at another substep count costs one block, not a chunk.
 IV_BLOCK = 25
-#: The most RK4 substeps a trial's simulations may take in the batched path; a trial whose own count
-#: (``stable_substeps``, per pass) is larger runs trial by trial. Counts above it are rare (a stiff
-#: estimate: 5 of 20 trials of ``benchmark_panda``'s poorly exciting setting, in its first pass) and
-#: each is a group of its own, padded to a whole block: 16 substeps for one trial cost a block of them.
+#: The most RK4 substeps a trial may take in a wide block (``batched_iv``); a trial whose own count
+#: (``stable_substeps``, per pass) is larger runs in a block of its own. Counts above it are rare (a stiff
+#: estimate: 5 of 20 trials of ``benchmark_panda``'s poorly exciting setting, in its first pass); in a
+#: wide block one such trial would cost a block of lanes at its count, and a static count one program each.
 IV_MAX_SUBSTEPS = 3
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _signals(regressor, known, sample_step: float, substeps: int, theta, x0, torques, q_measured, tau, keep):
+def _signals(regressor, known, sample_step: float, substeps, theta, x0, torques, q_measured, tau, keep, counts=None):
     """Per trial (leading axis ``B``) of the block: ``(near rows, states (K, 2 n), q'' (K, n), near (K,))``
     of ``iv.simulated_signals`` for one log, at the ``K`` rows ``keep`` of its segments' samples.
 
     ``theta`` ``(B, p)``; ``x0`` ``(B, S, 2 n)`` the segments' initial states; ``torques`` ``(B, S, L, 3, n)``
     their stage torques; ``q_measured`` ``(B, S, L, n)`` the filtered angles over the segments; ``tau``
-    ``(B, S L, n)`` the torque at those samples. Not-near segments' states are their initial state."""
+    ``(B, S L, n)`` the torque at those samples. Not-near segments' states are their initial state.
+    ``substeps``: the RK4 substeps of every lane (static), or ``None`` and ``counts`` ``(B,)`` each lane's
+    own (traced: ``stepping.integrate_sample``; one program for every count)."""
 
-    def one(theta, x0, torques, q_measured, tau):
+    def one(theta, x0, torques, q_measured, tau, count):
         n = q_measured.shape[-1]
-        states = simulate_segments(regressor, theta, x0, torques, sample_step, known, substeps)[:, :-1]
+        sub = substeps if count is None else count
+        states = simulate_segments(regressor, theta, x0, torques, sample_step, known, sub)[:, :-1]
         deviation = jnp.abs(states[..., :n] - q_measured)
         deviation = jnp.where(jnp.isnan(deviation), jnp.inf, deviation)
         near_segment = jnp.all(jnp.isfinite(states), axis=(1, 2)) & (deviation.max(axis=(1, 2)) <= NEAR_RAD)
@@ -86,12 +107,33 @@ def _signals(regressor, known, sample_step: float, substeps: int, theta, x0, tor
         near = jnp.repeat(near_segment, torques.shape[1]) & jnp.all(jnp.isfinite(qdd), axis=1)
         return jnp.sum(near), states[keep], qdd[keep], near[keep]
 
-    return jax.vmap(one)(theta, x0, torques, q_measured, tau)
+    return jax.vmap(one)(theta, x0, torques, q_measured, tau, counts)
 
 
 def _options() -> dict:
     """``make_estimator("idim_iv")``'s options on logs (``iterations``, ``segment_s``, maybe ``decimate``)."""
     return dict(make_estimator("idim_iv")._applicable("log"))
+
+
+class _Segments:
+    """The chunk's simulation inputs at one restart interval (``iv.simulated_signals``'s segments, the same
+    for every trial of a setting): ``length`` samples per segment, their sample indices ``idx``, the
+    candidate rows ``keep`` (every ``decimate``-th of ``idx``) and, per trial, the segments' initial
+    states, stage torques, filtered angles and the torque at ``idx``."""
+
+    def __init__(self, logs, stages, segment_s: float, decimate: int):
+        d0 = logs[0]
+        n = d0.joints
+        self.length = max(1, int(round(segment_s / d0.sample_step)))
+        seg = segment_starts(d0, self.length)
+        self.idx = (seg[:, None] + np.arange(self.length)).reshape(-1)
+        self.keep = np.arange(0, self.idx.size, decimate)
+        q = np.stack([np.asarray(d.q) for d in logs])
+        qd = np.stack([np.asarray(d.qd) for d in logs])
+        self.x0 = np.concatenate([q[:, seg], qd[:, seg]], axis=2)
+        self.torques = stages[:, seg[:, None] + np.arange(self.length)]
+        self.q_measured = q[:, self.idx].reshape(len(logs), len(seg), self.length, n)
+        self.tau = np.stack([np.asarray(d.tau) for d in logs])[:, self.idx]
 
 
 def batched_iv(
@@ -101,14 +143,14 @@ def batched_iv(
     *,
     measured: tuple | None = None,
     block: int | None = None,
-) -> list[Identification | None]:
-    """IDIM-IV on each log from its start (module docstring): one ``Identification`` per trial, equal to
-    the trial-by-trial call's to round-off, or ``None`` where that call is to run instead (a branch the
-    batched path leaves to it). ``logs``: the chunk's trials, one setting (same length, step, cut-off,
-    trim); ``block``: trials per compiled simulation (default ``IV_BLOCK``, at most ``plan.width``).
-    ``measured``: ``(W (trials, R, n, p), y (trials, R, n), rows (R,))``, the parallel-filtered regressor and
-    torque at the sample indices ``rows`` (``batched_fits``'s ``ls_rows``, ``y``, ``rows``: equal to
-    ``idim_iv``'s to round-off) instead of computing them here."""
+) -> list[Identification | Exception | None]:
+    """IDIM-IV on each log from its start (module docstring): per trial the ``Identification`` the
+    trial-by-trial call gives (to round-off), the exception it raises (its message the same), or ``None``
+    where that call is to run instead (an estimate that is not finite). ``logs``: the chunk's trials, one
+    setting (same length, step, cut-off, trim); ``block``: trials per wide compiled simulation (default
+    ``IV_BLOCK``, at most ``plan.width``). ``measured``: ``(W (trials, R, n, p), y (trials, R, n), rows (R,))``,
+    the parallel-filtered regressor and torque at the sample indices ``rows`` (``batched_fits``'s
+    ``ls_rows``, ``y``, ``rows``: equal to ``idim_iv``'s to round-off) instead of computing them here."""
     if not logs:
         return []
     model = plan.model
@@ -120,59 +162,78 @@ def batched_iv(
     decimate = options.get("decimate") or default_decimation(h, d0.cutoff_hz)
     block = max(1, min(IV_BLOCK if block is None else block, plan.width))
     count, n = len(logs), d0.joints
-    # The segments (``simulated_signals``): the same for every trial of the setting.
-    length = max(1, int(round(segment_s / h)))
-    seg = segment_starts(d0, length)
-    idx = (seg[:, None] + np.arange(length)).reshape(-1)
-    keep_all = np.arange(0, idx.size, decimate)
-    # Measured side (``idim_iv``'s expressions, trial by trial over the host's cores): at the candidate rows.
-    candidates = idx[keep_all]
-
-    def host_rows(d):
-        w = d.band(rowwise(regressor, d.q, d.qd, d.qdd))[candidates]
-        return w, d.band(np.asarray(d.tau) - _known_torque(d, known))[candidates]
-
-    at = np.searchsorted(measured[2], candidates) if measured is not None else None
-    if at is not None and np.all(at < len(measured[2])) and np.array_equal(measured[2][at], candidates):
-        measured_rows = [(w[at], y[at]) for w, y in zip(measured[0], measured[1], strict=True)]
-    else:
-        measured_rows = thread_map(host_rows, logs)
-    # Per-trial simulation inputs (``free_simulation``'s), gathered once.
-    q = np.stack([np.asarray(d.q) for d in logs])
-    qd = np.stack([np.asarray(d.qd) for d in logs])
-    tau = np.stack([np.asarray(d.tau) for d in logs])
-    x0 = np.concatenate([q[:, seg], qd[:, seg]], axis=2)
     stages = np.stack([np.asarray(stage_torques(d.tau)) for d in logs])
-    torques = stages[:, seg[:, None] + np.arange(length)]
-    q_measured = q[:, idx].reshape(count, len(seg), length, n)
-    tau_idx = tau[:, idx]
-    keep_j = jnp.asarray(keep_all)
+    levels: dict[float, _Segments] = {}  # restart interval → its segments, built when a trial first needs them
 
+    def segments(level: float) -> _Segments:
+        if level not in levels:
+            levels[level] = _Segments(logs, stages, level, decimate)
+        return levels[level]
+
+    # The measured side (``idim_iv``'s expressions) at any level's candidate rows: from the batched IDIM-LS
+    # rows where they hold them, else each trial's whole banded regressor and torque, computed once.
+    whole: dict[int, tuple] = {}
+
+    def measured_rows(k: int, candidates: np.ndarray):
+        if measured is not None:
+            at = np.searchsorted(measured[2], candidates)
+            if np.all(at < len(measured[2])) and np.array_equal(
+                measured[2][np.minimum(at, len(measured[2]) - 1)], candidates
+            ):
+                return measured[0][k][at], measured[1][k][at]
+        if k not in whole:
+            d = logs[k]
+            whole[k] = (
+                d.band(rowwise(regressor, d.q, d.qd, d.qdd)),
+                d.band(np.asarray(d.tau) - _known_torque(d, known)),
+            )
+        return whole[k][0][candidates], whole[k][1][candidates]
+
+    def simulate(job, level: float):
+        """One block of trials at ``level``: ``(members, [near count, states, q'', near])``."""
+        sub, members, width = job
+        g = segments(level)
+        lanes = np.asarray(members + [members[-1]] * (width - len(members)))
+        counts = None if sub else jnp.asarray([substeps[k] for k in lanes], jnp.int32)
+        th = jnp.asarray(np.stack([theta[k] for k in lanes]))
+        out = _signals(regressor, known, h, sub, th, jnp.asarray(g.x0[lanes]), jnp.asarray(g.torques[lanes]),
+                       jnp.asarray(g.q_measured[lanes]), jnp.asarray(g.tau[lanes]), jnp.asarray(g.keep), counts)  # fmt: skip
+        return members, [np.asarray(x)[: len(members)] for x in out]
+
+    shortest = MIN_SEGMENT_STEPS * h
     theta = [np.asarray(s.value) for s in starts]
     alive = list(range(count))
     sigma: list = [None] * count
+    notes = [""] * count
     last: dict = {}
+    out: list[Identification | Exception | None] = [None] * count
     for _ in range(iterations):
         substeps = {k: stable_substeps(regressor, theta[k], [logs[k]], known)[0] for k in alive}
-        alive = [k for k in alive if substeps[k] <= IV_MAX_SUBSTEPS]
-        jobs = []
-        for sub in sorted(set(substeps.values())):
-            group = [k for k in alive if substeps[k] == sub]
-            jobs += [(sub, group[i : i + block]) for i in range(0, len(group), block)]
-
-        def simulate(job, block=block):
-            sub, members = job
-            lanes = np.asarray(members + [members[-1]] * (block - len(members)))
-            th = jnp.asarray(np.stack([theta[k] for k in lanes]))
-            out = _signals(regressor, known, h, int(sub), th, jnp.asarray(x0[lanes]), jnp.asarray(torques[lanes]),
-                           jnp.asarray(q_measured[lanes]), jnp.asarray(tau_idx[lanes]), keep_j)  # fmt: skip
-            return members, [np.asarray(x)[: len(members)] for x in out]
-
-        signals = {}
-        for members, (near_count, states, qdd, near) in thread_map(simulate, jobs):
-            for i, k in enumerate(members):
-                signals[k] = (int(near_count[i]), states[i], qdd[i], near[i])
-        alive = [k for k in alive if signals[k][0] / idx.size >= MIN_NEAR]
+        # ``_near_signals`` per trial: restart every ``segment_s``, halved until ``MIN_NEAR`` of the rows stay
+        # near. Wide blocks of ``block`` lanes at a substep count up to ``IV_MAX_SUBSTEPS`` (static) at the
+        # first interval; a trial at more substeps or a shorter interval in a block of its own (its count
+        # traced: one program per interval), so a lane never runs at another trial's count.
+        signals, pending, level = {}, list(alive), segment_s
+        while pending:
+            jobs = []
+            if level == segment_s:
+                for sub in sorted({substeps[k] for k in pending if substeps[k] <= IV_MAX_SUBSTEPS}):
+                    group = [k for k in pending if substeps[k] == sub]
+                    jobs += [(sub, group[i : i + block], block) for i in range(0, len(group), block)]
+            jobs += [(None, [k], 1) for k in pending if level != segment_s or substeps[k] > IV_MAX_SUBSTEPS]
+            g = segments(level)
+            retry = []
+            for members, (near_count, states, qdd, near) in thread_map(functools.partial(simulate, level=level), jobs):
+                for i, k in enumerate(members):
+                    share = int(near_count[i]) / g.idx.size
+                    if share >= MIN_NEAR:
+                        signals[k] = (level, states[i], qdd[i], near[i])
+                    elif level / 2 < shortest:
+                        out[k] = not_near_error(share, level)
+                    else:
+                        retry.append(k)
+            pending, level = sorted(retry), level / 2
+        alive = [k for k in alive if k in signals]
         # Instruments: the regressor at the near kept states, all trials in one ``rowwise``.
         kept = {k: signals[k][3] for k in alive}
         stacked = [np.concatenate([signals[k][j][kept[k]] for k in alive]) for j in (1, 2)] if alive else None
@@ -180,25 +241,29 @@ def batched_iv(
         offset = 0
         survivors = []
         for k in alive:
+            used = signals[k][0]
+            if used != segment_s:
+                notes[k] = (
+                    f"simulations restarted every {used:.3g} s (not {segment_s:g} s) to stay near the measured trajectory"
+                )
             z = z_all[offset : offset + int(kept[k].sum())]
             offset += z.shape[0]
-            w, y = (x[kept[k]] for x in measured_rows[k])
+            w, y = measured_rows(k, segments(used).idx[segments(used).keep][kept[k]])
             try:
                 if sigma[k] is None:
                     sigma[k] = _iv_weights(w, y, theta[k])
                 theta[k], solved = _iv_solve(w, z, y, sigma[k])
-            except (ValueError, np.linalg.LinAlgError):
+            except (ValueError, np.linalg.LinAlgError) as err:
+                out[k] = err
                 continue
-            if np.all(np.isfinite(theta[k])):
-                last[k] = (w, y, solved)
-                survivors.append(k)
+            last[k] = (w, y, solved)
+            survivors.append(k)
         alive = survivors
     lags = correlation_lags(h, d0.cutoff_hz, decimate)
-    out: list[Identification | None] = [None] * count
     for k in alive:
         w, y, solved = last[k]
         try:
-            out[k] = _iv_identification(names, theta[k], w, y, sigma[k], solved, lags, iterations, "")
-        except (ValueError, np.linalg.LinAlgError):
-            out[k] = None
+            out[k] = _iv_identification(names, theta[k], w, y, sigma[k], solved, lags, iterations, notes[k])
+        except (ValueError, np.linalg.LinAlgError) as err:
+            out[k] = err
     return out

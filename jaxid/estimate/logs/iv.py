@@ -97,13 +97,19 @@ def _near_signals(logs, regressor, theta, segment_s, known):
         if share >= MIN_NEAR:
             return sims, segment_s
         if segment_s / 2 < shortest:
-            raise ValueError(
-                f"IDIM-IV: the simulations of the estimate leave the measured trajectory (by more than {NEAR_RAD} rad, "
-                f"or diverge) in {100 * (1 - share):.0f} % of the segments even restarted every {segment_s:.3g} s: "
-                "the estimate's model cannot be simulated (e.g. its mass matrix is not positive definite); start "
-                'IDIM-IV from a physically consistent estimate (estimators.use = ["idim_ls_consistent", …]) or drop it.'
-            )
+            raise not_near_error(share, segment_s)
         segment_s = segment_s / 2
+
+
+def not_near_error(share: float, segment_s: float) -> ValueError:
+    """IDIM-IV's error where only ``share`` of the rows stay near the measured trajectory even restarted every
+    ``segment_s`` (the shortest restart interval, ``MIN_SEGMENT_STEPS`` samples)."""
+    return ValueError(
+        f"IDIM-IV: the simulations of the estimate leave the measured trajectory (by more than {NEAR_RAD} rad, "
+        f"or diverge) in {100 * (1 - share):.0f} % of the segments even restarted every {segment_s:.3g} s: "
+        "the estimate's model cannot be simulated (e.g. its mass matrix is not positive definite); start "
+        'IDIM-IV from a physically consistent estimate (estimators.use = ["idim_ls_consistent", …]) or drop it.'
+    )
 
 
 def idim_iv(

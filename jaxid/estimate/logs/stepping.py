@@ -5,7 +5,8 @@ sample, with the torque at the stages ``t, t + Δ/2, t + Δ`` interpolated linea
 (``stage_torques``). The state is ``y = (q, q')``, shape ``(2 n,)``; its rates are ``(q', q'')`` with
 ``q''`` by ``jaxid.estimate.logs.data.accelerations`` (the model's exact solve). A stiff model (a light
 joint with viscous and smoothed-Coulomb friction: ``h λ_max`` beyond RK4's stability limit of about 2.8
-at the log's step ``h``) takes several RK4 substeps per sample (``substeps``, static), chosen by
+at the log's step ``h``) takes several RK4 substeps per sample (``substeps``: static, or traced where trials of different
+counts share one program), chosen by
 ``stable_substeps`` from the model's state Jacobian on the logs. ``simulate_segments`` runs segments of
 a log from their own initial states (``lax.scan`` over steps, ``vmap`` over segments).
 """
@@ -54,10 +55,10 @@ def model_step(
     stage_torques: Float[Array, "3 n"],
     sample_step: float,
     known: Known | None = None,
-    substeps: int = 1,
+    substeps: int | Array = 1,
 ) -> Float[Array, " state"]:
     """One log sample of the model from the state ``y = (q, q')``: ``substeps`` RK4 steps of
-    ``sample_step / substeps`` (``substeps`` static; ``stable_substeps`` chooses it), the torque
+    ``sample_step / substeps`` (``substeps`` static, or traced: ``integrate_sample``; ``stable_substeps`` chooses it), the torque
     interpolated linearly through the stage torques ``t, t + Δ/2, t + Δ`` within the sample.
 
     With ``substeps = 1`` (the default) it is ``jaxid.simulation.integrate.rk4_step``'s step, bit for bit
@@ -71,24 +72,48 @@ def model_step(
     return integrate_sample(_rates(regressor, theta, known), y, stage_torques, sample_step, substeps)
 
 
-def integrate_sample(rates, y, stage_torques, sample_step: float, substeps: int = 1):
+def integrate_sample(rates, y, stage_torques, sample_step: float, substeps: int | Array = 1):
     """``model_step`` for any ``rates(y, τ)`` of a state ``y`` that may be a pytree (the state with its
     sensitivities, ``jaxid.estimate.logs.sensitivities``): ``substeps`` RK4 steps through one sample,
-    the torque interpolated through the stage torques (``model_step``'s docstring)."""
+    the torque interpolated through the stage torques (``model_step``'s docstring).
+
+    ``substeps`` is a Python integer (static: a ``lax.scan`` of that many steps, one program per count)
+    or a traced integer scalar (a ``lax.fori_loop``: one program for every count, e.g. for trials whose
+    counts differ; under ``vmap`` a block of lanes takes its largest count's time). Both compute each
+    substep's fraction of the sample and its length the same way (``(i + c) / k``, ``Δ / k``)."""
+    if isinstance(substeps, jax.Array):
+        return _traced_substeps(rates, y, stage_torques, sample_step, substeps)
     if substeps == 1:
         return _rk4(rates, y, stage_torques, sample_step)
     k = int(substeps)
     if k < 1:
         raise ValueError(f"model_step: substeps must be a positive integer, got {substeps}.")
     fractions = (np.arange(k)[:, None] + np.array([0.0, 0.5, 1.0])) / k  # (k, 3) of the sample
-    tau0, tau_mid, tau1 = stage_torques[0], stage_torques[1], stage_torques[2]
-    s = jnp.asarray(fractions, dtype=stage_torques.dtype)[..., None]
-    torques = jnp.where(s <= 0.5, tau0 + 2 * s * (tau_mid - tau0), tau_mid + (2 * s - 1) * (tau1 - tau_mid))
+    torques = _stage_fractions_torques(stage_torques, jnp.asarray(fractions, dtype=stage_torques.dtype)[..., None])
 
     def sub(y, tau3):
         return _rk4(rates, y, tau3, sample_step / k), None
 
     return jax.lax.scan(sub, y, torques)[0]
+
+
+def _stage_fractions_torques(stage_torques, s):
+    """The torques at the fractions ``s`` (``(..., 1)``) of the sample, linear through its three stage torques."""
+    tau0, tau_mid, tau1 = stage_torques[0], stage_torques[1], stage_torques[2]
+    return jnp.where(s <= 0.5, tau0 + 2 * s * (tau_mid - tau0), tau_mid + (2 * s - 1) * (tau1 - tau_mid))
+
+
+def _traced_substeps(rates, y, stage_torques, sample_step: float, substeps: Array):
+    """``integrate_sample`` with a traced count ``substeps`` (``≥ 1``): the substeps in a ``lax.fori_loop``."""
+    dtype = stage_torques.dtype
+    k = jnp.asarray(substeps).astype(dtype)
+    h = jnp.asarray(sample_step, dtype) / k
+
+    def sub(i, y):
+        s = ((i.astype(dtype) + jnp.asarray([0.0, 0.5, 1.0], dtype)) / k)[:, None]
+        return _rk4(rates, y, _stage_fractions_torques(stage_torques, s), h)
+
+    return jax.lax.fori_loop(0, jnp.asarray(substeps, jnp.int32), sub, y)
 
 
 def _rk4(rates, y, stage_torques, h):
@@ -166,13 +191,14 @@ def simulate_segments(
     torques: Float[Array, "S L 3 n"],
     sample_step: float,
     known: Known | None = None,
-    substeps: int = 1,
+    substeps: int | Array = 1,
 ) -> Float[Array, "S L+1 state"]:
     """Simulate ``S`` segments of ``L`` steps each from their own initial states ``(q, q')`` (``2 n``).
 
     ``torques[s, k]`` are the stage torques of step ``k`` of segment ``s`` (``stage_torques``).
     Returns the states at the ``L + 1`` grid points of each segment (the initial state first).
-    ``substeps``: RK4 steps per sample (``model_step``; static). Pure JAX (``lax.scan`` over steps, ``vmap``
+    ``substeps``: RK4 steps per sample (``model_step``: a Python integer, static, or a traced integer scalar,
+    ``integrate_sample``). Pure JAX (``lax.scan`` over steps, ``vmap``
     over segments); ``jit``/``jacfwd``-compatible.
     """
 
