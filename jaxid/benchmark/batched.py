@@ -27,7 +27,7 @@ on its chunk), with the estimator class's default options. IDIM-IV runs batched 
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal to it
 to round-off, a trial whose call would raise given that error). The others (output error,
-bounded LS) run trial by trial as in ``run_estimators``. All of them start from the batched IDIM-LS
+bounded LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``). All of them start from the batched IDIM-LS
 estimate on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s;
 seconds per trial of a batched estimator or filter are its call's time over its trials.
 """
@@ -335,7 +335,8 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
 def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
-    call each, IDIM-IV by ``batched_iv``, the others trial by trial, all from the batched IDIM-LS."""
+    call each, IDIM-IV by ``batched_iv``, the others trial by trial (over the host's cores), all from the
+    batched IDIM-LS."""
     from .trial import _failure, estimate_rows
 
     s = plan.setting
@@ -361,6 +362,30 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         for e in s["estimators"]
         if e in (*FILTERS, "idim_iv")
     }
+    # The estimators that run trial by trial (output error, bounded LS): each fit on its own data, the fits
+    # spread over the host's cores (``thread_map``: their passes are compiled programs, which release the GIL;
+    # a fit's result does not depend on its neighbours). Seconds per fit are its own wall time and its
+    # thread's CPU time.
+    single = [
+        (k, e)
+        for k in started
+        for e in s["estimators"]
+        if trials[k] < limits.get(e, s.trials)
+        and e not in ("idim_ls", "rls", "idim_ls_consistent")
+        and k not in filtered.get(e, {})
+    ]
+
+    def fit(job):
+        k, e = job
+        t1, c1 = time.perf_counter(), time.thread_time()
+        try:
+            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            value, cov, label = est.value, est.covariance, est.status
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
+            value, cov, label = None, None, _failure(err)
+        return value, cov, label, time.perf_counter() - t1, time.thread_time() - c1
+
+    alone = dict(zip(single, thread_map(fit, single), strict=True))
     rows = []
     for k, trial in enumerate(trials):
         names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
@@ -385,12 +410,6 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
                 elif k in filtered.get(e, {}):
                     out[e] = filtered[e][k]
                 else:
-                    t1, c1 = time.perf_counter(), time.process_time()
-                    try:
-                        est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
-                        value, cov, label = est.value, est.covariance, est.status
-                    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
-                        value, cov, label = None, None, _failure(err)
-                    out[e] = (value, cov, label, time.perf_counter() - t1, time.process_time() - c1)
+                    out[e] = alone[(k, e)]
         rows.extend(estimate_rows(plan, trial, names, out))
     return rows

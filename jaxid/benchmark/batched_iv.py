@@ -71,10 +71,11 @@ from ..estimate.logs.stepping import simulate_segments, stable_substeps, stage_t
 
 __all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
 
-#: Trials per compiled simulation (``batched_iv``'s ``block``; at most the plan's width): wide enough that a
-#: step's work is not dominated by the loop's overhead, small enough that the trials of a chunk fill a block
-#: per core and that a trial at another substep count costs one block, not a chunk.
-IV_BLOCK = 25
+#: Trials per wide compiled simulation (``batched_iv``'s ``block``; at most the plan's width). A lane costs about
+#: the same at widths 1-25 (a Panda trial's pass: 60-90 ms), so a narrow block wastes less on padding: on 100
+#: trials of ``benchmark_panda``'s ``consistency_poor`` (whose substep counts split them into groups of ~55,
+#: 30, 15) one call took 43.8 s at 25, 37.9 s at 10 and 39.4 s with every trial alone (2026-12-05).
+IV_BLOCK = 10
 #: The most RK4 substeps a trial may take in a wide block (``batched_iv``); a trial whose own count
 #: (``stable_substeps``, per pass) is larger runs in a block of its own. Counts above it are rare (a stiff
 #: estimate: 5 of 20 trials of ``benchmark_panda``'s poorly exciting setting, in its first pass); in a
@@ -82,30 +83,44 @@ IV_BLOCK = 25
 IV_MAX_SUBSTEPS = 3
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 9))
 def _signals(regressor, known, sample_step: float, substeps, theta, x0, torques, q_measured, tau, keep, counts=None):
     """Per trial (leading axis ``B``) of the block: ``(near rows, states (K, 2 n), q'' (K, n), near (K,))``
-    of ``iv.simulated_signals`` for one log, at the ``K`` rows ``keep`` of its segments' samples.
+    of ``iv.simulated_signals`` for one log, at the ``K`` rows ``range(*keep)`` of its segments' samples
+    (``keep`` static).
 
     ``theta`` ``(B, p)``; ``x0`` ``(B, S, 2 n)`` the segments' initial states; ``torques`` ``(B, S, L, 3, n)``
     their stage torques; ``q_measured`` ``(B, S, L, n)`` the filtered angles over the segments; ``tau``
     ``(B, S L, n)`` the torque at those samples. Not-near segments' states are their initial state.
     ``substeps``: the RK4 substeps of every lane (static), or ``None`` and ``counts`` ``(B,)`` each lane's
-    own (traced: ``stepping.integrate_sample``; one program for every count)."""
+    own (traced: ``stepping.integrate_sample``; one program for every count).
+
+    ``simulated_signals`` keeps a row where its segment is near and the accelerations there are finite. In a
+    near segment (every state finite) that holds at every sample but the last: the step from sample ``k``
+    starts by evaluating the accelerations at its state and torque (the first RK4 stage), so a non-finite
+    one would make state ``k + 1`` non-finite. So the accelerations are computed only at the kept rows and
+    at each segment's last sample (a fifth of the work of computing them at every sample, at one RK4 step
+    per sample)."""
+
+    rows = np.arange(*keep)
 
     def one(theta, x0, torques, q_measured, tau, count):
-        n = q_measured.shape[-1]
+        segments, length, n = q_measured.shape
         sub = substeps if count is None else count
         states = simulate_segments(regressor, theta, x0, torques, sample_step, known, sub)[:, :-1]
         deviation = jnp.abs(states[..., :n] - q_measured)
         deviation = jnp.where(jnp.isnan(deviation), jnp.inf, deviation)
         near_segment = jnp.all(jnp.isfinite(states), axis=(1, 2)) & (deviation.max(axis=(1, 2)) <= NEAR_RAD)
         states = jnp.where(near_segment[:, None, None], states, x0[:, None, :]).reshape(-1, 2 * n)
+        last = np.arange(segments) * length + length - 1  # each segment's last sample
+        at = np.concatenate([rows, last])
         qdd = jax.vmap(lambda q, qd, t: accelerations(regressor, theta, q, qd, t, known))(
-            states[:, :n], states[:, n:], tau
+            states[at, :n], states[at, n:], tau[at]
         )
-        near = jnp.repeat(near_segment, torques.shape[1]) & jnp.all(jnp.isfinite(qdd), axis=1)
-        return jnp.sum(near), states[keep], qdd[keep], near[keep]
+        finite = jnp.all(jnp.isfinite(qdd), axis=1)
+        last_finite = jnp.ones(segments * length, bool).at[last].set(finite[len(rows) :])
+        near = jnp.repeat(near_segment, length) & last_finite
+        return jnp.sum(near), states[rows], qdd[: len(rows)], near[rows]
 
     return jax.vmap(one)(theta, x0, torques, q_measured, tau, counts)
 
@@ -128,6 +143,7 @@ class _Segments:
         seg = segment_starts(d0, self.length)
         self.idx = (seg[:, None] + np.arange(self.length)).reshape(-1)
         self.keep = np.arange(0, self.idx.size, decimate)
+        self.keep_key = (0, self.idx.size, decimate)  # ``_signals``' static rows: ``range(*keep_key)``
         q = np.stack([np.asarray(d.q) for d in logs])
         qd = np.stack([np.asarray(d.qd) for d in logs])
         self.x0 = np.concatenate([q[:, seg], qd[:, seg]], axis=2)
@@ -197,7 +213,7 @@ def batched_iv(
         counts = None if sub else jnp.asarray([substeps[k] for k in lanes], jnp.int32)
         th = jnp.asarray(np.stack([theta[k] for k in lanes]))
         out = _signals(regressor, known, h, sub, th, jnp.asarray(g.x0[lanes]), jnp.asarray(g.torques[lanes]),
-                       jnp.asarray(g.q_measured[lanes]), jnp.asarray(g.tau[lanes]), jnp.asarray(g.keep), counts)  # fmt: skip
+                       jnp.asarray(g.q_measured[lanes]), jnp.asarray(g.tau[lanes]), g.keep_key, counts)  # fmt: skip
         return members, [np.asarray(x)[: len(members)] for x in out]
 
     shortest = MIN_SEGMENT_STEPS * h
