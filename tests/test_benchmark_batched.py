@@ -241,3 +241,37 @@ def test_a_diverged_trial_in_a_chunk_is_a_status(plan):
     first, reference = rows[rows.trial == 0], clean[clean.trial == 0]
     assert (first.status == "ok").all()
     np.testing.assert_array_equal(first.estimate.to_numpy(), reference.estimate.to_numpy())
+
+
+@pytest.fixture(scope="module")
+def single_plan(tmp_path_factory):
+    """The tiny benchmark with the estimators ``run_chunk`` runs trial by trial: sign-bounded LS on every
+    trial, output error on trial 0 only."""
+    config = write_config(
+        tmp_path_factory.mktemp("single") / "tiny.toml",
+        estimators='["idim_ls", "idim_ls_bounded", "output_error"]',
+        extra="estimator_trials = {output_error = 1}",
+    )
+    exp = load_benchmark(config)
+    return make_plan(exp, exp.settings[0])
+
+
+@pytest.mark.slow
+def test_trial_by_trial_fits_over_the_cores_equal_one_after_another(single_plan):
+    """``run_chunk`` runs its trial-by-trial fits (here bounded LS on trials 0 and 1 and output error on
+    trial 0) over the host's threads: each row is, bit for bit, the same call made alone, one after
+    another, on the same log and IDIM-LS start; each fit's seconds are its own."""
+    plan = single_plan
+    run = simulate_trials(plan, np.arange(2))
+    rows = pd.DataFrame(run_chunk(plan, run, [0, 1]))
+    fits = batched_fits(plan, run, ("idim_ls",))
+    for k, names in ((0, ("idim_ls_bounded", "output_error")), (1, ("idim_ls_bounded",))):
+        assert set(rows[rows.trial == k].estimator) == {"idim_ls", *names}
+        for e in names:
+            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            got = rows[(rows.trial == k) & (rows.estimator == e)]
+            assert (got.status == est.status).all()
+            np.testing.assert_array_equal(got.estimate.to_numpy(), est.value, err_msg=f"{e} trial {k}")
+            np.testing.assert_array_equal(got["std"].to_numpy(), np.sqrt(np.diag(est.covariance)))
+    seconds = rows.groupby(["estimator", "trial"]).seconds.first()
+    assert seconds.loc[("output_error", 0)] > 0 and seconds.loc[("idim_ls_bounded", 0)] > 0
