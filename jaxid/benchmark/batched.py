@@ -21,9 +21,10 @@ in one program:
 
 Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
 depend on the chunk it ran in. The Kalman filters (``FILTERS``: EKF, UKF) run over the chunk's
-trials that are to run them as one ``kalman_filter_batch`` call each (one ``vmap`` of the filter,
-padded to ``min(plan.width, the estimator's trial limit)``, so again a trial's numbers do not depend
-on its chunk), with the estimator class's default options. IDIM-IV runs batched as well
+trials that are to run them as one ``kalman_filter_batch`` call each (``vmap``\ s of the filter over
+blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep count,
+the last padded, so again a trial's numbers do not depend on its chunk; the count traced, so one
+program serves every count), with the estimator class's default options. IDIM-IV runs batched as well
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal to it
 to round-off, a trial whose call would raise given that error). The others (output error,
@@ -56,12 +57,17 @@ from ..types import Status
 from .batched_iv import batched_iv
 from .entries import entries_function
 
-__all__ = ["BATCHED", "FILTERS", "run_chunk", "batched_fits"]
+__all__ = ["BATCHED", "FILTERS", "FILTER_BLOCK", "run_chunk", "batched_fits"]
 
 #: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
 BATCHED = ("idim_ls", "rls", "idim_ls_consistent")
 #: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
 FILTERS = ("ekf", "ukf")
+#: Trials per ``vmap`` of a Kalman filter (``kalman_filter_batch``'s ``width``; at most the plan's width and the
+#: estimator's trial limit): a filter's lane is heavy (the ``(2 n + p)²`` covariance, a ``2 n + p``-tangent
+#: Jacobian per step), so narrow blocks lose nothing to overhead, waste little on padding when the trials'
+#: substep counts split them into groups, and spread over the cores.
+FILTER_BLOCK = 10
 #: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.estimate.logs.idim_rls``'s defaults).
 RLS_INITIAL_COVARIANCE = 1e8
 
@@ -311,7 +317,7 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
     t0, c0 = time.perf_counter(), time.process_time()
     logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k) for k in members]
     options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
-    width = max(min(plan.width, s["estimator_trials"].get(e, s.trials)), len(members))
+    width = min(FILTER_BLOCK, plan.width, s["estimator_trials"].get(e, s.trials))
     try:
         if e == "idim_iv":
             measured = (fits["ls_rows"][members], fits["y"][members], fits["rows"])

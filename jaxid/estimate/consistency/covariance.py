@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array
+from jaxtyping import Array, ArrayLike
 
 from .parametrisation import _NON_NEGATIVE_JOINT_BLOCKS, _PSEUDO_INERTIA_BASIS
 
@@ -17,12 +17,14 @@ from .parametrisation import _NON_NEGATIVE_JOINT_BLOCKS, _PSEUDO_INERTIA_BASIS
 ACTIVE_TOLERANCE = 1e-5
 
 
-def _bartlett_meat(w: Array, residual: Array, block: int, lags: int) -> Array:
+def _bartlett_meat(w: ArrayLike, residual: ArrayLike, block: int, lags: int, xp=jnp) -> ArrayLike:
     """``Σ_{|l| ≤ L} (1 − |l|/(L+1)) Σ_t g_t g_{t+l}ᵀ`` ``(s, s)``, ``g_t = W_tᵀ e_t`` the score of the
     ``t``-th block of ``block`` rows (one sample time: its joints): the Newey–West (Bartlett) estimate
     of the covariance of ``Wᵀ e`` when the residuals of neighbouring samples are correlated (filtered
-    rows decimated at a few rows per cut-off period), ``L = lags`` samples."""
-    scores = jnp.einsum("tbs,tb->ts", w.reshape(-1, block, w.shape[-1]), residual.reshape(-1, block))
+    rows decimated at a few rows per cut-off period), ``L = lags`` samples. ``xp``: ``jax.numpy`` (in
+    compiled programs) or ``numpy`` (on host arrays: op-by-op JAX would compile each operation again for
+    every new row count)."""
+    scores = xp.einsum("tbs,tb->ts", w.reshape(-1, block, w.shape[-1]), residual.reshape(-1, block))
     meat = scores.T @ scores
     for lag in range(1, lags + 1):
         cross = scores[lag:].T @ scores[:-lag]

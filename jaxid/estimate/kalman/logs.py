@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import linalg
+from ..._platform import thread_map
 from ..logs.data import FilteredLog, Known, Regressor, model_torque
 from ..logs.idim import Identification, _row_bucket
 from ..logs.output_error import angle_noise_std
@@ -129,11 +130,13 @@ def kalman_filter_batch(
     Returns, per trial, its ``Identification`` or, where its filter diverged, the ``ValueError`` that
     ``kalman_filter_fit([logs[i]], ..., start=starts[i])`` raises (returned, not raised: a status).
     Each trial's host-side set-up (noise level, RK4 substeps, prior, mass floor) is its own; the
-    trials that share a program (substeps and log shape) run as one ``vmap`` of the filter, padded to
-    a power of two with copies of their last trial (so few sizes compile), so a trial's result does
-    not depend on the others in the call beyond round-off (``tests/test_ekf.py``). ``width``: pad
-    every group to this many trials instead (where it holds them): one program whatever the group's
-    size, and a trial's bits independent of the others in the call (the benchmark's chunks).
+    trials that share a substep count and log shape run as one ``vmap`` of the filter, padded to a power
+    of two with copies of their last trial (so few sizes compile), so a trial's result does not depend
+    on the others in the call beyond round-off (``tests/test_ekf.py``). The substep count is traced
+    (``stepping.integrate_sample``): trials at every count share one program. ``width``: run every
+    group in blocks of this many trials instead, the last padded: one program whatever the groups'
+    sizes, and a trial's bits independent of the others in the call (the benchmark's chunks). The
+    blocks are spread over the host's cores.
     """
     if len(logs) != len(starts):
         raise ValueError(f"kalman_filter_batch: {len(logs)} logs but {len(starts)} starts; give one start per log.")
@@ -149,14 +152,19 @@ def kalman_filter_batch(
         groups.setdefault(key, []).append(i)
     out: list = [None] * len(logs)
     m = 2 * logs[0].joints
+    blocks = []
     for (substeps, h, _, _), members in groups.items():
-        size = width if width is not None and width >= len(members) else 1 << (len(members) - 1).bit_length()
+        size = width if width is not None else 1 << (len(members) - 1).bit_length()
+        blocks += [(substeps, h, members[i : i + size], size) for i in range(0, len(members), size)]
+
+    def run(block):
+        substeps, h, members, size = block
         padded = members + [members[-1]] * (size - len(members))
 
-        def stack(get, padded=padded):
+        def stack(get):
             return jnp.asarray(np.stack([np.asarray(get(i)) for i in padded]))
 
-        mean, full_cov, filtered_q = _filter_logs(
+        results = _filter_logs(
             stack(lambda i: preps[i]["theta"]),
             stack(lambda i: preps[i]["cov"]),
             stack(lambda i: arrays[i][0]),
@@ -168,13 +176,16 @@ def kalman_filter_batch(
             stack(lambda i: preps[i]["mass_basis"]),
             stack(lambda i: preps[i]["mass_constant"]),
             stack(lambda i: preps[i]["floor"]),
+            jnp.full(size, substeps, jnp.int32),
             regressor=regressor,
             known=known,
             kind=kind,
             sample_step=h,
-            substeps=substeps,
         )
-        mean, full_cov, filtered_q = np.asarray(mean), np.asarray(full_cov), np.asarray(filtered_q)
+        return members, [np.asarray(r) for r in results]
+
+    # The blocks are independent compiled calls: one thread per core (``thread_map``), in order.
+    for members, (mean, full_cov, filtered_q) in thread_map(run, blocks):
         for k, i in enumerate(members):
             error = _divergence(mean[k], full_cov[k], logs[i], kind, initial_relative_std, velocity_process_std)
             if error is not None:
@@ -255,8 +266,7 @@ def _identification(kind, names, theta, cov, resid, n_logs, prep, velocity_proce
     )
 
 
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step", "substeps"))
-def _filter_log(
+def _filter_body(
     theta,
     cov,
     emissions,
@@ -303,7 +313,11 @@ def _filter_log(
     return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
 
 
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step", "substeps"))
+#: ``_filter_body`` compiled with its substep count static (``kalman_filter_fit``: one log).
+_filter_log = jax.jit(_filter_body, static_argnames=("regressor", "known", "kind", "sample_step", "substeps"))
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step"))
 def _filter_logs(
     theta,
     cov,
@@ -316,19 +330,22 @@ def _filter_logs(
     mass_basis,
     mass_constant,
     mass_floor,
+    substeps,
     *,
     regressor,
     known,
     kind,
     sample_step,
-    substeps=1,
 ):
-    """``_filter_log`` over a leading trial axis of every argument (one ``vmap``, one program)."""
-    one = functools.partial(
-        _filter_log, regressor=regressor, known=known, kind=kind, sample_step=sample_step, substeps=substeps
-    )
+    """``_filter_body`` over a leading trial axis of every argument (one ``vmap``, one program), each trial's
+    RK4 substep count traced (``substeps`` ``(B,)``): one program for every count."""
+
+    def one(*args):
+        *data, count = args
+        return _filter_body(*data, regressor=regressor, known=known, kind=kind, sample_step=sample_step, substeps=count)
+
     return jax.vmap(one)(
-        theta, cov, emissions, stages, q0, qd0, r_std, velocity_std, mass_basis, mass_constant, mass_floor
+        theta, cov, emissions, stages, q0, qd0, r_std, velocity_std, mass_basis, mass_constant, mass_floor, substeps
     )
 
 

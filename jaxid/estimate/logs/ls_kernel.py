@@ -8,6 +8,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..consistency.covariance import _bartlett_meat
 
@@ -18,11 +19,14 @@ def newey_west(bread, scores_rows, residual, block: int, lags: int, rows=None):
     """``N/(N − p) · B M Bᵀ``, symmetrised: the Newey-West covariance of a least-squares (``B =
     (AᵀA)⁻¹``, scores ``A``) or IV (``B = (ZᵀW)⁻¹``, scores ``Z``) estimate, ``M`` the Bartlett
     estimate over ``lags`` row times of ``block`` rows (``consistency.covariance._bartlett_meat``).
-    ``rows``: ``N`` without zero padding (default all of ``scores_rows``)."""
+    ``rows``: ``N`` without zero padding (default all of ``scores_rows``). On numpy arrays (a host-side
+    caller, e.g. ``idim_iv``) it computes in numpy, else in JAX."""
     n_rows, p = scores_rows.shape
     rows = n_rows if rows is None else rows
-    meat = _bartlett_meat(jnp.asarray(scores_rows), jnp.asarray(residual), block, lags)
-    sandwich = rows / jnp.maximum(rows - p, 1) * bread @ meat @ bread.T
+    host = all(isinstance(a, np.ndarray) for a in (bread, scores_rows, residual))
+    xp = np if host else jnp
+    meat = _bartlett_meat(xp.asarray(scores_rows), xp.asarray(residual), block, lags, xp)
+    sandwich = rows / xp.maximum(rows - p, 1) * bread @ meat @ bread.T
     return 0.5 * (sandwich + sandwich.T)
 
 
