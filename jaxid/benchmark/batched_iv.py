@@ -159,10 +159,9 @@ def batched_iv(
     *,
     measured: tuple | None = None,
     block: int | None = None,
-) -> list[Identification | Exception | None]:
+) -> list[Identification | Exception]:
     """IDIM-IV on each log from its start (module docstring): per trial the ``Identification`` the
-    trial-by-trial call gives (to round-off), the exception it raises (its message the same), or ``None``
-    where that call is to run instead (an estimate that is not finite). ``logs``: the chunk's trials, one
+    trial-by-trial call gives (to round-off) or the exception it raises (its message the same). ``logs``: the chunk's trials, one
     setting (same length, step, cut-off, trim); ``block``: trials per wide compiled simulation (default
     ``IV_BLOCK``, at most ``plan.width``). ``measured``: ``(W (trials, R, n, p), y (trials, R, n), rows (R,))``,
     the parallel-filtered regressor and torque at the sample indices ``rows`` (``batched_fits``'s
@@ -222,7 +221,7 @@ def batched_iv(
     sigma: list = [None] * count
     notes = [""] * count
     last: dict = {}
-    out: list[Identification | Exception | None] = [None] * count
+    out: list = [None] * count  # every trial ends with an ``Identification`` or an exception
     for _ in range(iterations):
         substeps = {k: stable_substeps(regressor, theta[k], [logs[k]], known)[0] for k in alive}
         # ``_near_signals`` per trial: restart every ``segment_s``, halved until ``MIN_NEAR`` of the rows stay
