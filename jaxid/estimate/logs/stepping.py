@@ -5,9 +5,9 @@ sample, with the torque at the stages ``t, t + Δ/2, t + Δ`` interpolated linea
 (``stage_torques``). The state is ``y = (q, q')``, shape ``(2 n,)``; its rates are ``(q', q'')`` with
 ``q''`` by ``jaxid.estimate.logs.data.accelerations`` (the model's exact solve). A stiff model (a light
 joint with viscous and smoothed-Coulomb friction: ``h λ_max`` beyond RK4's stability limit of about 2.8
-at the log's step ``h``) takes several RK4 substeps per sample (``substeps``: static, or traced where trials of different
-counts share one program), chosen by
-``stable_substeps`` from the model's state Jacobian on the logs. ``simulate_segments`` runs segments of
+at the log's step ``h``) takes several RK4 substeps per sample (``substeps``: static, or traced where
+trials of different counts share one program), chosen by ``stable_substeps`` from the model's state
+Jacobian on the logs. ``simulate_segments`` runs segments of
 a log from their own initial states (``lax.scan`` over steps, ``vmap`` over segments).
 """
 
@@ -58,8 +58,8 @@ def model_step(
     substeps: int | Array = 1,
 ) -> Float[Array, " state"]:
     """One log sample of the model from the state ``y = (q, q')``: ``substeps`` RK4 steps of
-    ``sample_step / substeps`` (``substeps`` static, or traced: ``integrate_sample``; ``stable_substeps`` chooses it), the torque
-    interpolated linearly through the stage torques ``t, t + Δ/2, t + Δ`` within the sample.
+    ``sample_step / substeps`` (``substeps`` static, or traced: ``integrate_sample``; ``stable_substeps``
+    chooses it), the torque interpolated linearly through the stage torques ``t, t + Δ/2, t + Δ`` within the sample.
 
     With ``substeps = 1`` (the default) it is ``jaxid.simulation.integrate.rk4_step``'s step, bit for bit
     (``tests/test_identification_speed.py``), with its four stages in a ``lax.scan``. The stages
@@ -80,7 +80,9 @@ def integrate_sample(rates, y, stage_torques, sample_step: float, substeps: int 
     ``substeps`` is a Python integer (static: a ``lax.scan`` of that many steps, one program per count)
     or a traced integer scalar (a ``lax.fori_loop``: one program for every count, e.g. for trials whose
     counts differ; under ``vmap`` a block of lanes takes its largest count's time). Both compute each
-    substep's fraction of the sample and its length the same way (``(i + c) / k``, ``Δ / k``)."""
+    substep's fraction of the sample and its length the same way (``(i + c) / k``, ``Δ / k``); at one
+    substep the static path takes the stage torques themselves, the traced one interpolates them (equal
+    to round-off: ``tests/test_substeps.py``)."""
     if isinstance(substeps, jax.Array):
         return _traced_substeps(rates, y, stage_torques, sample_step, substeps)
     if substeps == 1:
