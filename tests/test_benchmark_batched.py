@@ -19,11 +19,15 @@ from jaxid.estimate import make_estimator
 from jaxid.estimate.logs.ls_kernel import _ls_kernel_jit as ls_kernel
 
 
+def _tiny_plan(tmp_path_factory, folder: str, **options):
+    """The plan of the tiny benchmark's first setting (``write_config``'s ``options``)."""
+    exp = load_benchmark(write_config(tmp_path_factory.mktemp(folder) / "tiny.toml", **options))
+    return make_plan(exp, exp.settings[0])
+
+
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
-    config = write_config(tmp_path_factory.mktemp("batched") / "tiny.toml")
-    exp = load_benchmark(config)
-    return make_plan(exp, exp.settings[0])
+    return _tiny_plan(tmp_path_factory, "batched")
 
 
 @pytest.mark.slow
@@ -54,13 +58,9 @@ def test_batched_equals_the_trial_by_trial_path(plan):
 @pytest.fixture(scope="module")
 def filter_plan(tmp_path_factory):
     """The tiny benchmark with IDIM-LS, the EKF and the UKF (the UKF on trials 0 and 1 only)."""
-    config = write_config(
-        tmp_path_factory.mktemp("filters") / "tiny.toml",
-        estimators='["idim_ls", "ekf", "ukf"]',
-        extra="estimator_trials = {ukf = 2}",
+    return _tiny_plan(
+        tmp_path_factory, "filters", estimators='["idim_ls", "ekf", "ukf"]', extra="estimator_trials = {ukf = 2}"
     )
-    exp = load_benchmark(config)
-    return make_plan(exp, exp.settings[0])
 
 
 def _relative_gap(reference: pd.DataFrame, batched: pd.DataFrame, column: str) -> pd.Series:
@@ -247,13 +247,12 @@ def test_a_diverged_trial_in_a_chunk_is_a_status(plan):
 def single_plan(tmp_path_factory):
     """The tiny benchmark with the estimators ``run_chunk`` runs trial by trial: sign-bounded LS on every
     trial, output error on trial 0 only."""
-    config = write_config(
-        tmp_path_factory.mktemp("single") / "tiny.toml",
+    return _tiny_plan(
+        tmp_path_factory,
+        "single",
         estimators='["idim_ls", "idim_ls_bounded", "output_error"]',
         extra="estimator_trials = {output_error = 1}",
     )
-    exp = load_benchmark(config)
-    return make_plan(exp, exp.settings[0])
 
 
 @pytest.mark.slow
