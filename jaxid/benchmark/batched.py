@@ -26,10 +26,10 @@ blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials 
 the last padded, so again a trial's numbers do not depend on its chunk; the count traced, so one
 program serves every count), with the estimator class's default options. IDIM-IV runs batched as well
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
-``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal to it
-to round-off, a trial whose call would raise given that error). The others (output error,
-bounded LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``). All of them start from the batched IDIM-LS
-estimate on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s;
+``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
+to it to round-off, a trial whose call would raise given that error). The others (output error, bounded
+LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``).
+All of them start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s;
 seconds per trial of a batched estimator or filter are its call's time over its trials.
 """
 
@@ -376,9 +376,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         (k, e)
         for k in started
         for e in s["estimators"]
-        if trials[k] < limits.get(e, s.trials)
-        and e not in ("idim_ls", "rls", "idim_ls_consistent")
-        and k not in filtered.get(e, {})
+        if trials[k] < limits.get(e, s.trials) and e not in BATCHED and k not in filtered.get(e, {})
     ]
 
     def fit(job):
