@@ -192,9 +192,7 @@ def batched_iv(
     def measured_rows(k: int, candidates: np.ndarray):
         if measured is not None:
             at = np.searchsorted(measured[2], candidates)
-            if np.all(at < len(measured[2])) and np.array_equal(
-                measured[2][np.minimum(at, len(measured[2]) - 1)], candidates
-            ):
+            if np.all(at < len(measured[2])) and np.array_equal(measured[2][at], candidates):
                 return measured[0][k][at], measured[1][k][at]
         if k not in whole:
             d = logs[k]
