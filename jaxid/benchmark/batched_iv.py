@@ -15,11 +15,14 @@ the default decimation), with the work that dominates it done for all trials at 
    the filtered measured state every ``segment_s`` (all trials of a setting have the same segments:
    same length, step and trim), and a trial with fewer than ``MIN_NEAR`` of its rows near the measured
    trajectory (``NEAR_RAD``) is simulated again at half the interval, down to ``MIN_SEGMENT_STEPS``
-   samples (then the error ``idim_iv`` raises). At the first interval the trials with at most
-   ``IV_MAX_SUBSTEPS`` substeps run grouped by that count, each group in blocks of ``block`` lanes (the
-   last block padded with copies of its last trial) through one compiled program per count (static);
-   a trial at more substeps or at a shorter interval runs in a block of its own, its count traced
-   (``stepping.integrate_sample``: one program per interval for every count). Which block a trial
+   samples (then the error ``idim_iv`` raises). Every lane's substep count is traced
+   (``stepping.integrate_sample``), so one program per interval and block width serves every count
+   (traced counts cost what static ones do: 0.46 s / 0.93 s / 1.37 s against 0.46 / 0.92 / 1.43 s for
+   10 Panda trials' pass at 1 / 2 / 3 substeps; a static count was one more program, 4-5 s of compile
+   each). At the first interval the trials with at most ``IV_MAX_SUBSTEPS`` substeps run grouped by
+   that count (a block takes its largest count's time), each group in blocks of ``block`` lanes (the
+   last block padded with copies of its last trial); a trial at more substeps or at a shorter interval
+   runs in a block of its own. Which block a trial
    runs in is decided on its own data and a block's width never depends on the chunk, so a trial's
    numbers do not depend on the chunk it ran in. A block is a ``vmap`` over its trials of
    ``stepping.simulate_segments``, the ``NEAR_RAD`` rule per segment and the accelerations at the
@@ -79,12 +82,12 @@ IV_BLOCK = 10
 #: The most RK4 substeps a trial may take in a wide block (``batched_iv``); a trial whose own count
 #: (``stable_substeps``, per pass) is larger runs in a block of its own. Counts above it are rare (a stiff
 #: estimate: 5 of 20 trials of ``benchmark_panda``'s poorly exciting setting, in its first pass); in a
-#: wide block one such trial would cost a block of lanes at its count, and a static count one program each.
+#: wide block one such trial would cost a block of lanes at its count.
 IV_MAX_SUBSTEPS = 3
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 9))
-def _signals(regressor, known, sample_step: float, substeps, theta, x0, torques, q_measured, tau, keep, counts=None):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 8))
+def _signals(regressor, known, sample_step: float, theta, x0, torques, q_measured, tau, keep, counts):
     """Per trial (leading axis ``B``) of the block: ``(near rows, states (K, 2 n), q'' (K, n), near (K,))``
     of ``iv.simulated_signals`` for one log, at the ``K`` rows ``range(*keep)`` of its segments' samples
     (``keep`` static).
@@ -92,8 +95,8 @@ def _signals(regressor, known, sample_step: float, substeps, theta, x0, torques,
     ``theta`` ``(B, p)``; ``x0`` ``(B, S, 2 n)`` the segments' initial states; ``torques`` ``(B, S, L, 3, n)``
     their stage torques; ``q_measured`` ``(B, S, L, n)`` the filtered angles over the segments; ``tau``
     ``(B, S L, n)`` the torque at those samples. Not-near segments' states are their initial state.
-    ``substeps``: the RK4 substeps of every lane (static), or ``None`` and ``counts`` ``(B,)`` each lane's
-    own (traced: ``stepping.integrate_sample``; one program for every count).
+    ``counts`` ``(B,)``: each lane's RK4 substeps (traced: ``stepping.integrate_sample``; one program for
+    every count).
 
     ``simulated_signals`` keeps a row where its segment is near and the accelerations there are finite. In a
     near segment (every state finite) that holds at every sample but the last: the step from sample ``k``
@@ -106,8 +109,7 @@ def _signals(regressor, known, sample_step: float, substeps, theta, x0, torques,
 
     def one(theta, x0, torques, q_measured, tau, count):
         segments, length, n = q_measured.shape
-        sub = substeps if count is None else count
-        states = simulate_segments(regressor, theta, x0, torques, sample_step, known, sub)[:, :-1]
+        states = simulate_segments(regressor, theta, x0, torques, sample_step, known, count)[:, :-1]
         deviation = jnp.abs(states[..., :n] - q_measured)
         deviation = jnp.where(jnp.isnan(deviation), jnp.inf, deviation)
         near_segment = jnp.all(jnp.isfinite(states), axis=(1, 2)) & (deviation.max(axis=(1, 2)) <= NEAR_RAD)
@@ -204,12 +206,12 @@ def batched_iv(
 
     def simulate(job, level: float):
         """One block of trials at ``level``: ``(members, [near count, states, q'', near])``."""
-        sub, members, width = job
+        members, width = job
         g = segments(level)
         lanes = np.asarray(members + [members[-1]] * (width - len(members)))
-        counts = None if sub else jnp.asarray([substeps[k] for k in lanes], jnp.int32)
+        counts = jnp.asarray([substeps[k] for k in lanes], jnp.int32)
         th = jnp.asarray(np.stack([theta[k] for k in lanes]))
-        out = _signals(regressor, known, h, sub, th, jnp.asarray(g.x0[lanes]), jnp.asarray(g.torques[lanes]),
+        out = _signals(regressor, known, h, th, jnp.asarray(g.x0[lanes]), jnp.asarray(g.torques[lanes]),
                        jnp.asarray(g.q_measured[lanes]), jnp.asarray(g.tau[lanes]), g.keep_key, counts)  # fmt: skip
         return members, [np.asarray(x)[: len(members)] for x in out]
 
@@ -223,17 +225,17 @@ def batched_iv(
     for _ in range(iterations):
         substeps = {k: stable_substeps(regressor, theta[k], [logs[k]], known)[0] for k in alive}
         # ``_near_signals`` per trial: restart every ``segment_s``, halved until ``MIN_NEAR`` of the rows stay
-        # near. Wide blocks of ``block`` lanes at a substep count up to ``IV_MAX_SUBSTEPS`` (static) at the
-        # first interval; a trial at more substeps or a shorter interval in a block of its own (its count
-        # traced: one program per interval), so a lane never runs at another trial's count.
+        # near. Wide blocks of ``block`` lanes, one substep count each, up to ``IV_MAX_SUBSTEPS`` at the
+        # first interval; a trial at more substeps or a shorter interval in a block of its own. Each lane
+        # runs at its own count (traced).
         signals, pending, level = {}, list(alive), segment_s
         while pending:
             jobs = []
             if level == segment_s:
                 for sub in sorted({substeps[k] for k in pending if substeps[k] <= IV_MAX_SUBSTEPS}):
                     group = [k for k in pending if substeps[k] == sub]
-                    jobs += [(sub, group[i : i + block], block) for i in range(0, len(group), block)]
-            jobs += [(None, [k], 1) for k in pending if level != segment_s or substeps[k] > IV_MAX_SUBSTEPS]
+                    jobs += [(group[i : i + block], block) for i in range(0, len(group), block)]
+            jobs += [([k], 1) for k in pending if level != segment_s or substeps[k] > IV_MAX_SUBSTEPS]
             g = segments(level)
             retry = []
             for members, (near_count, states, qdd, near) in thread_map(functools.partial(simulate, level=level), jobs):
