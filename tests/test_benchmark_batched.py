@@ -13,7 +13,8 @@ import pytest
 from test_benchmark import write_config
 
 from jaxid.benchmark import load_benchmark
-from jaxid.benchmark.batched import _log, _start, batched_fits, run_chunk
+from jaxid.benchmark.batched import _log, _start, batched_fits
+from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.trial import estimate_rows, make_plan, run_estimators, simulate_trials
 from jaxid.estimate import make_estimator
 from jaxid.estimate.logs.ls_kernel import _ls_kernel_jit as ls_kernel

@@ -16,7 +16,8 @@ import pytest
 from test_benchmark import write_config
 
 from jaxid.benchmark import batched, load_benchmark
-from jaxid.benchmark.batched import _log, _start, batched_fits, run_chunk
+from jaxid.benchmark.batched import _log, _start, batched_fits
+from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.batched_iv import batched_iv
 from jaxid.benchmark.trial import make_plan, simulate_trials
 from jaxid.estimate import make_estimator

@@ -25,7 +25,7 @@ from .._platform import release_if_crowded
 from ..config.benchmark import Benchmark
 from ..study.files import config_digest, new_manifest, prepare_run_dir, write_parquet, write_text
 from ..types import require_float64
-from .batched import run_chunk
+from .chunk import run_chunk
 from .trial import make_plan, simulate_trials
 
 __all__ = ["run_benchmark"]

@@ -1,0 +1,156 @@
+"""A chunk of benchmark trials through every estimator of its setting: ``run_chunk``, what the runner
+(``jaxid.benchmark.runner``) calls per chunk of simulated trials.
+
+The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS) runs as one compiled program
+(``jaxid.benchmark.batched.batched_fits``). The Kalman filters (``FILTERS``: EKF, UKF) run over the
+chunk's trials that are to run them as one ``kalman_filter_batch`` call each (``vmap``\ s of the filter
+over blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep
+count, the last padded, so a trial's numbers do not depend on its chunk; the count traced, so one
+program serves every count), with the estimator class's default options. IDIM-IV runs batched as well
+(``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
+``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
+to it to round-off, a trial whose call would raise given that error). The others (output error, bounded
+LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``).
+All of them start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
+filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
+call's time over its trials.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._platform import thread_map
+from ..estimate import make_estimator
+from ..estimate.kalman.logs import kalman_filter_batch
+from ..types import Status
+from .batched import BATCHED, _log, _start, batched_fits
+from .batched_iv import batched_iv
+
+__all__ = ["FILTERS", "FILTER_BLOCK", "run_chunk"]
+
+#: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
+FILTERS = ("ekf", "ukf")
+#: Trials per ``vmap`` of a Kalman filter (``kalman_filter_batch``'s ``width``; at most the plan's width and the
+#: estimator's trial limit): a filter's lane is heavy (the ``(2 n + p)²`` covariance, a ``2 n + p``-tangent
+#: Jacobian per step), so narrow blocks lose nothing to overhead, waste little on padding when the trials'
+#: substep counts split them into groups, and spread over the cores.
+FILTER_BLOCK = 10
+
+
+def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) -> dict:
+    """Estimator ``e`` on the chunk's trials ``members`` (indices into ``run``) in one call: a Kalman filter
+    (``FILTERS``) by ``kalman_filter_batch`` with the options ``make_estimator(e)`` passes to
+    ``kalman_filter_fit`` (its ``_fit_logs``; the model's known torque), IDIM-IV by ``batched_iv``.
+    ``{k: (value, cov, status, seconds, cpu_seconds)}``, the call's time shared evenly; a trial the call
+    leaves (``None``) is not in it, and it is empty if the call raised: those run trial by trial."""
+    from .trial import _failure
+
+    if not members:
+        return {}
+    s, model = plan.setting, plan.model
+    t0, c0 = time.perf_counter(), time.process_time()
+    logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k) for k in members]
+    options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
+    width = min(FILTER_BLOCK, plan.width, s["estimator_trials"].get(e, s.trials))
+    try:
+        if e == "idim_iv":
+            measured = (fits["ls_rows"][members], fits["y"][members], fits["rows"])
+            results = batched_iv(plan, logs, starts, measured=measured)
+        else:
+            results = kalman_filter_batch(
+                logs, model.regressor, model.names, starts=starts, kind=e, known=model.known, width=width, **options
+            )
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return {}
+    seconds = ((time.perf_counter() - t0) / len(members), (time.process_time() - c0) / len(members))
+    return {
+        k: (None, None, _failure(r), *seconds)
+        if isinstance(r, Exception)
+        else (r.value, r.covariance, r.status, *seconds)
+        for k, r in zip(members, results, strict=True)
+        if r is not None
+    }
+
+
+def run_chunk(plan, run: dict, trials) -> list[dict]:
+    """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
+    indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
+    call each, IDIM-IV by ``batched_iv``, the others trial by trial (over the host's cores), all from the
+    batched IDIM-LS."""
+    from .trial import _failure, estimate_rows
+
+    s = plan.setting
+    limits = s["estimator_trials"]
+    trials = [int(t) for t in trials]
+    count = len(trials)
+    ok = np.asarray(run["status"]) == Status.SUCCESS
+    batched = [e for e in s["estimators"] if e in BATCHED]
+    iv = [e for e in s["estimators"] if e == "idim_iv"]
+    t0, c0 = time.perf_counter(), time.process_time()
+    error = None
+    if ok.any() and not ok.all():  # a diverged log (not finite) is not fitted: a good trial's stands in
+        good = int(np.flatnonzero(ok)[0])
+        run = {f: np.where(ok.reshape((-1,) + (1,) * (v.ndim - 1)), v, v[good]) for f, v in run.items()}
+    try:
+        fits = batched_fits(plan, run, (*batched, "idim_ls", *iv)) if ok.any() else None
+    except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
+        fits, error = None, _failure(err)
+    per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
+    started = [k for k in range(count) if ok[k] and fits is not None and fits["ls_first_rank"][k] >= len(plan.names)]
+    filtered = {
+        e: _one_call(plan, run, fits, e, [k for k in started if trials[k] < limits.get(e, s.trials)])
+        for e in s["estimators"]
+        if e in (*FILTERS, "idim_iv")
+    }
+    # The estimators that run trial by trial (output error, bounded LS): each fit on its own data, the fits
+    # spread over the host's cores (``thread_map``: their passes are compiled programs, which release the GIL;
+    # a fit's result does not depend on its neighbours). Seconds per fit are its own wall time and its
+    # thread's CPU time.
+    single = [
+        (k, e)
+        for k in started
+        for e in s["estimators"]
+        if trials[k] < limits.get(e, s.trials) and e not in BATCHED and k not in filtered.get(e, {})
+    ]
+
+    def fit(job):
+        k, e = job
+        t1, c1 = time.perf_counter(), time.thread_time()
+        try:
+            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            value, cov, label = est.value, est.covariance, est.status
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
+            value, cov, label = None, None, _failure(err)
+        return value, cov, label, time.perf_counter() - t1, time.thread_time() - c1
+
+    alone = dict(zip(single, thread_map(fit, single), strict=True))
+    rows = []
+    for k, trial in enumerate(trials):
+        names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
+        out = {}
+        if not ok[k]:
+            out = {e: (None, None, "sim_diverged", 0.0, 0.0) for e in names}
+        elif fits is None or fits["ls_first_rank"][k] < len(plan.names):
+            label = error or "rank_deficient"
+            out = {e: (None, None, label if e == "idim_ls" else "start_" + label, 0.0, 0.0) for e in names}
+        else:
+            for e in names:
+                if e == "idim_ls":
+                    out[e] = (fits["ls_theta"][k], fits["ls_cov"][k], "ok", *per_trial)
+                elif e == "rls":
+                    out[e] = (fits["rls_theta"][k], fits["rls_cov"][k], "ok", *per_trial)
+                elif e == "idim_ls_consistent":
+                    code = int(fits["consistent_status"][k])
+                    label = {int(Status.SUCCESS): "ok", int(Status.MAX_ITERATIONS): "max_iterations"}.get(
+                        code, "failed"
+                    )
+                    out[e] = (fits["consistent_theta"][k], fits["consistent_cov"][k], label, *per_trial)
+                elif k in filtered.get(e, {}):
+                    out[e] = filtered[e][k]
+                else:
+                    out[e] = alone[(k, e)]
+        rows.extend(estimate_rows(plan, trial, names, out))
+    return rows
