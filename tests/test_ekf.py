@@ -111,7 +111,7 @@ def test_mass_limit_keeps_the_mass_matrix_positive_definite():
     # A two-joint model with the constant mass matrix [[θ0, θ2], [θ2, θ1]] (torque linear in θ):
     # smallest eigenvalue (θ0 + θ1)/2 − sqrt(((θ0 − θ1)/2)² + θ2²), so from θ = (1, 1, 0) an update
     # to θ2 = 3 has the eigenvalue 1 − 3α at the fraction α.
-    from jaxid.estimate.kalman.logs import _mass_basis, _mass_limit
+    from jaxid.estimate.kalman.mass_floor import _mass_basis, _mass_limit
 
     def regressor(q, qd, qdd):
         return jnp.array([[qdd[0], 0.0, qdd[1]], [0.0, qdd[1], qdd[0]]])

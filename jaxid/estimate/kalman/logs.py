@@ -17,7 +17,7 @@ Damped θ update (``mass_floor``, default 0.9): on poorly exciting data the unex
 definite; when the arm then moves through angles where it is singular, the accelerations and the
 filter blow up (the Panda's ``consistency_poor`` trials: indefinite within 10 samples, non-finite
 after 270-1700). So each θ update is shortened to the largest of 1, 1/2, …, 1/16, 0 that keeps
-``D(q, θ) − floor · I`` positive definite at ``MASS_POINTS`` angles of the log (``D`` is linear in θ:
+``D(q, θ) − floor · I`` positive definite at ``MASS_POINTS`` angles of the log (``mass_floor.py``; ``D`` is linear in θ:
 exact, and cheap per step), ``floor`` = ``mass_floor`` × the start's smallest eigenvalue there; the
 covariance is that of the gain used (``jaxid.estimate.kalman.filters``). A start that is not positive definite there
 gets ``floor = 0``. Keeping the eigenvalue near the start's also keeps the model about as stiff as
@@ -42,13 +42,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import linalg
 from ..._platform import thread_map
-from ..logs.data import FilteredLog, Known, Regressor, model_torque
+from ..logs.data import FilteredLog, Known, Regressor
 from ..logs.idim import Identification, _row_bucket
 from ..logs.output_error import angle_noise_std
 from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import extended_kalman_filter, unscented_kalman_filter
+from .mass_floor import _mass_limit, _mass_points
 
 __all__ = ["kalman_filter_batch", "kalman_filter_fit"]
 
@@ -347,61 +347,3 @@ def _filter_logs(
     return jax.vmap(one)(
         theta, cov, emissions, stages, q0, qd0, r_std, velocity_std, mass_basis, mass_constant, mass_floor, substeps
     )
-
-
-#: Fractions of the θ update tried, largest first, by the mass-matrix limit (the last one, 0, is
-#: the update of (q, q') alone).
-_UPDATE_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0)
-#: Angles of the logs (evenly spaced usable samples) at which the limit keeps the mass matrix positive definite.
-MASS_POINTS = 32
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 3))
-def _mass_basis(regressor, known, qs, p):
-    """The model's mass matrix ``D(q, θ) = Σ_j θ_j basis[j] + constant`` at each of the angles ``qs``
-    (``(K, n)``): ``basis`` ``(K, p, n, n)``, ``constant`` ``(K, n, n)`` (the known torque's; the torque
-    is linear in θ and in q'', so this is exact)."""
-
-    def mass(theta, q):
-        zero = jnp.zeros_like(q)
-        return jax.jacfwd(lambda qdd: model_torque(regressor, theta, q, zero, qdd, known))(zero)
-
-    def at(q):
-        constant = mass(jnp.zeros(p, q.dtype), q)
-        basis = jax.vmap(lambda e: mass(e, q) - constant)(jnp.eye(p, dtype=q.dtype))
-        return basis, constant
-
-    return jax.vmap(at)(qs)
-
-
-def _mass_points(regressor, known, theta, logs, p) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(basis, constant, smallest eigenvalue at theta)`` of the mass matrix at ``MASS_POINTS`` evenly
-    spaced usable filtered angles of the logs (host-side; a non-finite eigenvalue counts as 0)."""
-    qs = np.concatenate([np.asarray(d.q)[d.usable] for d in logs])
-    pick = np.linspace(0, qs.shape[0] - 1, MASS_POINTS).round().astype(int)
-    basis, constant = (np.asarray(x) for x in _mass_basis(regressor, known, jnp.asarray(qs[pick]), p))
-    mats = np.einsum("kpij,p->kij", basis, np.asarray(theta)) + constant
-    eig = np.linalg.eigvalsh(0.5 * (mats + np.swapaxes(mats, 1, 2))).min()
-    return basis, constant, float(np.nan_to_num(eig, nan=0.0))
-
-
-def _mass_limit(basis, constant, floor, n):
-    """``update_limit`` of ``jaxid.estimate.kalman.filters``: the largest of ``_UPDATE_FRACTIONS`` of the θ update
-    whose mass matrix ``D − floor · I`` is positive definite (a Cholesky factor exists) at every angle
-    of ``basis``/``constant`` (``_mass_basis``); (q, q') updated in full. An update that is refused
-    leaves θ where it was, so a start that satisfies the floor keeps it for the whole run."""
-    fractions = jnp.asarray(_UPDATE_FRACTIONS)
-    eye = jnp.eye(n, dtype=basis.dtype)
-
-    def limit(mean, proposed):
-        before, step = mean[2 * n :], proposed[2 * n :] - mean[2 * n :]
-        d0 = jnp.einsum("kpij,p->kij", basis, before) + constant - jnp.where(jnp.isneginf(floor), 0.0, floor) * eye
-        dd = jnp.einsum("kpij,p->kij", basis, step)
-        mats = d0[None] + fractions[:, None, None, None] * dd[None]  # (fractions, K, n, n)
-        chol = jax.vmap(jax.vmap(linalg.cholesky))(0.5 * (mats + jnp.swapaxes(mats, -1, -2)))
-        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
-        ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=(1, 2)) | jnp.isneginf(floor)  # -inf: no limit
-        alpha = jnp.max(jnp.where(ok, fractions, 0.0))
-        return jnp.concatenate([jnp.ones(2 * n, mean.dtype), jnp.full(before.shape[0], alpha, mean.dtype)])
-
-    return limit

@@ -1,0 +1,74 @@
+"""The EKF's damped θ update on logs (``jaxid.estimate.kalman.logs``, its ``mass_floor``): each update of the
+parameters is shortened to the largest of ``_UPDATE_FRACTIONS`` that keeps the model's mass matrix
+``D(q, θ) − floor · I`` positive definite at ``MASS_POINTS`` angles of the logs. ``D`` is linear in θ, so it
+is a fixed basis (``_mass_basis``) contracted with θ: exact and cheap per step."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import linalg
+from ..logs.data import model_torque
+
+__all__ = ["MASS_POINTS"]
+
+#: Fractions of the θ update tried, largest first, by the mass-matrix limit (the last one, 0, is
+#: the update of (q, q') alone).
+_UPDATE_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0)
+#: Angles of the logs (evenly spaced usable samples) at which the limit keeps the mass matrix positive definite.
+MASS_POINTS = 32
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 3))
+def _mass_basis(regressor, known, qs, p):
+    """The model's mass matrix ``D(q, θ) = Σ_j θ_j basis[j] + constant`` at each of the angles ``qs``
+    (``(K, n)``): ``basis`` ``(K, p, n, n)``, ``constant`` ``(K, n, n)`` (the known torque's; the torque
+    is linear in θ and in q'', so this is exact)."""
+
+    def mass(theta, q):
+        zero = jnp.zeros_like(q)
+        return jax.jacfwd(lambda qdd: model_torque(regressor, theta, q, zero, qdd, known))(zero)
+
+    def at(q):
+        constant = mass(jnp.zeros(p, q.dtype), q)
+        basis = jax.vmap(lambda e: mass(e, q) - constant)(jnp.eye(p, dtype=q.dtype))
+        return basis, constant
+
+    return jax.vmap(at)(qs)
+
+
+def _mass_points(regressor, known, theta, logs, p) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(basis, constant, smallest eigenvalue at theta)`` of the mass matrix at ``MASS_POINTS`` evenly
+    spaced usable filtered angles of the logs (host-side; a non-finite eigenvalue counts as 0)."""
+    qs = np.concatenate([np.asarray(d.q)[d.usable] for d in logs])
+    pick = np.linspace(0, qs.shape[0] - 1, MASS_POINTS).round().astype(int)
+    basis, constant = (np.asarray(x) for x in _mass_basis(regressor, known, jnp.asarray(qs[pick]), p))
+    mats = np.einsum("kpij,p->kij", basis, np.asarray(theta)) + constant
+    eig = np.linalg.eigvalsh(0.5 * (mats + np.swapaxes(mats, 1, 2))).min()
+    return basis, constant, float(np.nan_to_num(eig, nan=0.0))
+
+
+def _mass_limit(basis, constant, floor, n):
+    """``update_limit`` of ``jaxid.estimate.kalman.filters``: the largest of ``_UPDATE_FRACTIONS`` of the θ update
+    whose mass matrix ``D − floor · I`` is positive definite (a Cholesky factor exists) at every angle
+    of ``basis``/``constant`` (``_mass_basis``); (q, q') updated in full. An update that is refused
+    leaves θ where it was, so a start that satisfies the floor keeps it for the whole run."""
+    fractions = jnp.asarray(_UPDATE_FRACTIONS)
+    eye = jnp.eye(n, dtype=basis.dtype)
+
+    def limit(mean, proposed):
+        before, step = mean[2 * n :], proposed[2 * n :] - mean[2 * n :]
+        d0 = jnp.einsum("kpij,p->kij", basis, before) + constant - jnp.where(jnp.isneginf(floor), 0.0, floor) * eye
+        dd = jnp.einsum("kpij,p->kij", basis, step)
+        mats = d0[None] + fractions[:, None, None, None] * dd[None]  # (fractions, K, n, n)
+        chol = jax.vmap(jax.vmap(linalg.cholesky))(0.5 * (mats + jnp.swapaxes(mats, -1, -2)))
+        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
+        ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=(1, 2)) | jnp.isneginf(floor)  # -inf: no limit
+        alpha = jnp.max(jnp.where(ok, fractions, 0.0))
+        return jnp.concatenate([jnp.ones(2 * n, mean.dtype), jnp.full(before.shape[0], alpha, mean.dtype)])
+
+    return limit
