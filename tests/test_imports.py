@@ -215,3 +215,17 @@ def test_the_checker_sees_function_local_relative_and_package_imports():
     assert layer("estimate.kalman.filters") < layer("estimate") and layer("simulation.linearisation") < layer(
         "simulation"
     )
+
+
+#: The longest a module under ``jaxid/`` may be (issue 29: modules split by job, a newcomer reads one at a time).
+MAX_MODULE_LINES = 400
+
+
+def test_every_module_is_under_the_line_limit():
+    """Every module of ``jaxid/`` has at most ``MAX_MODULE_LINES`` lines (split a longer one by job)."""
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
