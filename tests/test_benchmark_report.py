@@ -83,3 +83,38 @@ def test_the_note_says_why_coverage_is_outside_the_range(table):
     assert over["coverage_note"].startswith("reported std too small")
     assert out.loc["few", "coverage_note"] == "too few trials (5 ok) to judge"
     assert "coverage_note" in markdown.splitlines()[0]
+
+
+def test_honest_share_in_range_is_the_binomial_probability():
+    """``honest_in_range``: at 20 trials a coverage is in 0.85-0.99 when 17-19 of 20 intervals cover
+    (``1 − 0.95²⁰ − P(X ≤ 16)``); at 1000 trials essentially always."""
+    from math import comb
+
+    from jaxid.report.benchmark import honest_in_range
+
+    exact = sum(comb(20, k) * 0.95**k * 0.05 ** (20 - k) for k in (17, 18, 19))
+    assert honest_in_range(20) == pytest.approx(exact, rel=1e-12)
+    assert honest_in_range(1000) > 0.999
+
+
+def test_a_good_median_with_many_parameters_failing_gets_a_note():
+    """Five parameters over 1000 trials: three honest (coverage 0.95), two never covered and biased. The
+    median (0.95) is in range but 40 % of the parameters are not: the note says so and why."""
+    from jaxid.report.benchmark import coverage_diagnosis
+
+    summary = pd.DataFrame(
+        {
+            "coverage95": [0.95, 0.95, 0.95, 0.0, 0.0],
+            "n_ok": 1000,
+            "std": 1.0,
+            "reported_std": 1.0,
+            "bias": [0.0, 0.01, -0.01, 3.0, 3.0],
+            "rmse": [1.0, 1.0, 1.0, 3.2, 3.2],
+        }
+    )
+    out = coverage_diagnosis(summary)
+    assert out["coverage_in_range"] == 0.6 and out["biased_fraction"] == 0.4
+    assert out["coverage_note"].startswith("median in range, but 40% of parameters outside 0.85-0.99 (lowest 0):")
+    assert "biased" in out["coverage_note"]
+    honest = coverage_diagnosis(summary.iloc[:3])
+    assert honest["coverage_note"] == ""
