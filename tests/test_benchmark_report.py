@@ -118,3 +118,12 @@ def test_a_good_median_with_many_parameters_failing_gets_a_note():
     assert "biased" in out["coverage_note"]
     honest = coverage_diagnosis(summary.iloc[:3])
     assert honest["coverage_note"] == ""
+
+
+def test_a_pipe_in_a_note_does_not_split_its_markdown_cell(table):
+    """The biased note holds ``|bias|/std``: every row of the Markdown table still has the header's cells."""
+    _, _, markdown = table
+    header, _, *rows = markdown.strip().splitlines()
+    cells = header.count(" | ")
+    assert rows and all(r.replace("\\|", "").count(" | ") == cells for r in rows)
+    assert any("\\|bias\\|/std" in r for r in rows)

@@ -107,8 +107,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     }
     # The estimators that run trial by trial (output error, bounded LS): each fit on its own data, the fits
     # spread over the host's cores (``thread_map``: their passes are compiled programs, which release the GIL;
-    # a fit's result does not depend on its neighbours). Seconds per fit are its own wall time and its
-    # thread's CPU time.
+    # a fit's result does not depend on its neighbours). Seconds per fit are its own wall time.
     single = [
         (k, e)
         for k in started
@@ -118,15 +117,20 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
 
     def fit(job):
         k, e = job
-        t1, c1 = time.perf_counter(), time.thread_time()
+        t1 = time.perf_counter()
         try:
             est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
             value, cov, label = est.value, est.covariance, est.status
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
             value, cov, label = None, None, _failure(err)
-        return value, cov, label, time.perf_counter() - t1, time.thread_time() - c1
+        return value, cov, label, time.perf_counter() - t1
 
-    alone = dict(zip(single, thread_map(fit, single), strict=True))
+    c1 = time.process_time()
+    done = thread_map(fit, single)
+    # CPU seconds: the process's over all these fits, shared in proportion to their wall times (a thread's own
+    # CPU clock misses the compiled work, which XLA runs on its own threads).
+    cpu, walls = time.process_time() - c1, sum(r[3] for r in done)
+    alone = {job: (*r, cpu * r[3] / walls if walls > 0 else 0.0) for job, r in zip(single, done, strict=True)}
     rows = []
     for k, trial in enumerate(trials):
         names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]

@@ -191,7 +191,8 @@ def parameter_table(estimates, truth=None) -> pd.DataFrame:
 
 
 def markdown_table(summary: pd.DataFrame, columns=None) -> str:
-    """A compact Markdown table of the summary (numbers to 4 significant digits)."""
+    """A compact Markdown table of the summary (numbers to 4 significant digits; a ``|`` in a text cell
+    escaped as ``\\|``)."""
     columns = columns or [
         "setting",
         "estimator",
@@ -216,6 +217,6 @@ def markdown_table(summary: pd.DataFrame, columns=None) -> str:
             if isinstance(v, float):
                 cells.append("nan" if not np.isfinite(v) else f"{v:.4g}")
             else:
-                cells.append(str(v))
+                cells.append(str(v).replace("|", "\\|"))  # a pipe in a cell (``|bias|``) would split it
         lines.append("| " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
