@@ -308,3 +308,17 @@ def test_ur5_equals_the_dense_path():
     np.testing.assert_allclose(est.value, theta, rtol=2e-5, atol=2e-5 * np.abs(theta).max())
     np.testing.assert_allclose(est.std, np.sqrt(np.diag(cov)), rtol=0.02)
     assert est.status == status == "ok" and est.condition == pytest.approx(cond, rel=0.02)
+
+
+@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton"])
+def test_a_start_whose_simulations_diverge_is_refused_with_its_cause(two_link, solver):
+    """A start whose segment simulations are not finite (here one parameter not a number) raises one error
+    that says so and what to start from; the benchmark records it as ``diverged``."""
+    from jaxid.benchmark.trial import _failure
+
+    regressor, names, logs, ls, _ = two_link
+    bad = dataclasses.replace(ls, value=np.asarray(ls.value).copy())
+    bad.value[0] = np.nan
+    with pytest.raises(ValueError, match=r"start.s simulations diverged .*\(idim_ls_consistent\)") as err:
+        output_error(logs, regressor, names, start=bad, solver=solver)
+    assert _failure(err.value) == "diverged"

@@ -3,7 +3,7 @@
 
 The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS) runs as one compiled program
 (``jaxid.benchmark.batched.batched_fits``). The Kalman filters (``FILTERS``: EKF, UKF) run over the
-chunk's trials that are to run them as one ``kalman_filter_batch`` call each (``vmap``\ s of the filter
+chunk's trials that are to run them as one ``kalman_filter_batch`` call each (a ``vmap`` of the filter
 over blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep
 count, the last padded, so a trial's numbers do not depend on its chunk; the count traced, so one
 program serves every count), with the estimator class's default options. IDIM-IV runs batched as well

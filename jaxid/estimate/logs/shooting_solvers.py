@@ -37,6 +37,15 @@ __all__ = [
 ]
 
 
+def _start_diverged() -> ValueError:
+    """Output error's error where the start's segment simulations are not finite (both solvers)."""
+    return ValueError(
+        "output_error: the start's simulations diverged (residuals not finite at the start): its model cannot "
+        "be simulated on these logs (e.g. its mass matrix is not positive definite there); start from a "
+        "physically consistent estimate (idim_ls_consistent) or check the logs."
+    )
+
+
 def _trust_region_step(ne: NormalEquations, scale_par, scale_x, radius, alpha, rtol=0.01, max_iter=10):
     """``scipy.optimize._lsq.common.solve_lsq_trust_region`` on the normal equations: the step ``δ``
     minimising ``|J δ + r|`` within ``|D δ| ≤ radius`` (``D = diag(scale)``), and its
@@ -220,7 +229,7 @@ def gauss_newton(
     not finite."""
     first = linearise(par, states)
     if first is None:
-        raise ValueError("output_error: the residuals are not finite at the start; check the start and the logs.")
+        raise _start_diverged()
     ne, extra = first
     evaluations = jacobians = 1
     d2_par, d2_x = (np.where(c > 0, c, 1.0) ** 2 for c in ne.column_norms())
@@ -293,7 +302,7 @@ def trust_region(
     ``"ok"`` (a tolerance met) or ``"max_iterations"`` (``max_evaluations`` passes made)."""
     first = linearise(par, states)
     if first is None:
-        raise ValueError("output_error: the residuals are not finite at the start; check the start and the logs.")
+        raise _start_diverged()
     ne, extra = first
     evaluations = jacobians = 1
     scale_par, scale_x = (np.where(c > 0, c, 1.0) for c in ne.column_norms())
