@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 from test_benchmark import write_config
 
-from jaxid.benchmark import batched, load_benchmark
+from jaxid.benchmark import chunk as chunk_module
+from jaxid.benchmark import load_benchmark
 from jaxid.benchmark.batched import _log, _start, batched_fits
-from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.batched_iv import batched_iv
+from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.trial import make_plan, simulate_trials
 from jaxid.estimate import make_estimator
 
@@ -103,9 +104,9 @@ def test_restarts_and_more_substeps_run_batched_as_trial_by_trial(plan, chunk, m
         fits["ls_theta"] = fits["ls_theta"] * np.asarray([[1.0], [-1.0]])
         return fits
 
-    original = batched.batched_fits
+    original = chunk_module.batched_fits
     with monkeypatch.context() as patch:
-        patch.setattr(batched, "batched_fits", negated)
+        patch.setattr(chunk_module, "batched_fits", negated)
         rows = pd.DataFrame(run_chunk(plan, run, [0, 1]))
     iv = rows[rows.estimator == "idim_iv"]
     assert list(iv.groupby("trial").status.first()) == ["ok", reference.status]
