@@ -15,7 +15,7 @@ is recorded and the next one still runs; the JSON is rewritten after every stage
    setting (seven joints, 69 base parameters): ``make_plan`` (the closed loop compiled at the
    chunk's width), then chunk by chunk (1000 trials, up to 10^4): ``simulate_trials`` and the
    benchmark's estimators on the chunk as the runner runs them (``jaxid.benchmark.chunk.run_chunk``:
-   IDIM-LS, RLS and consistent LS batched, IDIM-IV trial by trial on the first 20 trials) while the
+   IDIM-LS, RLS and consistent LS batched, IDIM-IV batched on the first 20 trials) while the
    stage's time lasts: trials done, seconds, trials per second, statuses, RMSE against the
    Cramér–Rao bound, coverage. Figures are saved after every call, so a
    stage cut short by its limit reports what it finished.
@@ -425,7 +425,7 @@ def stage_nbench(size: dict, budget: float, save, arm: str = "panda") -> dict:
 
     # Chunk by chunk: the closed loop (one compiled program, already compiled by the plan), then the
     # benchmark's estimators on that chunk as the runner runs them (``jaxid.benchmark.chunk.run_chunk``:
-    # the least-squares family batched, IDIM-IV trial by trial on the first ``nbench_iv_trials``), while
+    # the least-squares family batched, IDIM-IV batched on the first ``nbench_iv_trials``), while
     # the time lasts; later chunks are then only simulated (timed).
     from jaxid.benchmark.chunk import run_chunk
 

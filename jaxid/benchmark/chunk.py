@@ -44,8 +44,8 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
     """Estimator ``e`` on the chunk's trials ``members`` (indices into ``run``) in one call: a Kalman filter
     (``FILTERS``) by ``kalman_filter_batch`` with the options ``make_estimator(e)`` passes to
     ``kalman_filter_fit`` (its ``_fit_logs``; the model's known torque), IDIM-IV by ``batched_iv``.
-    ``{k: (value, cov, status, seconds, cpu_seconds)}``, the call's time shared evenly; a trial the call
-    leaves (``None``) is not in it, and it is empty if the call raised: those run trial by trial."""
+    ``{k: (value, cov, status, seconds, cpu_seconds)}`` for every trial (a trial whose fit fails has its
+    error as its status), the call's time shared evenly; empty if the call raised: those run trial by trial."""
     from .trial import _failure
 
     if not members:
@@ -71,7 +71,6 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
         if isinstance(r, Exception)
         else (r.value, r.covariance, r.status, *seconds)
         for k, r in zip(members, results, strict=True)
-        if r is not None
     }
 
 
