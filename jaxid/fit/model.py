@@ -206,13 +206,16 @@ class BaseColumns:
 
         return base_regressor(self.arm, q, qd, qdd, self.base)[..., list(self.columns)]
 
-    def torque(self, theta, q, qd, qdd):
-        """``Y_B[..., columns](q, q', q'') θ`` [N m], ``(..., n)``."""
+    def standard(self, theta):
+        """The standard vector ``φ`` ``(14 n,)``: ``θ`` at the kept standard columns, 0 elsewhere."""
         import jax.numpy as jnp
 
         theta = jnp.asarray(theta)
-        phi = jnp.zeros(len(self.base.standard_names), theta.dtype).at[jnp.asarray(self._standard)].set(theta)
-        return _inverse_dynamics()(self.arm, phi, q, qd, qdd)
+        return jnp.zeros(len(self.base.standard_names), theta.dtype).at[jnp.asarray(self._standard)].set(theta)
+
+    def torque(self, theta, q, qd, qdd):
+        """``Y_B[..., columns](q, q', q'') θ`` [N m], ``(..., n)``."""
+        return _inverse_dynamics()(self.arm, self.standard(theta), q, qd, qdd)
 
 
 @functools.cache

@@ -39,7 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-__all__ = ["UnrolledParameters", "split_parameters", "joint_geometry", "forward_dynamics", "inverse_dynamics"]
+__all__ = [
+    "UnrolledParameters",
+    "split_parameters",
+    "split_standard",
+    "joint_geometry",
+    "forward_dynamics",
+    "inverse_dynamics",
+]
 
 Term = Array | float
 Vec = tuple[Term, Term, Term]
@@ -194,8 +201,7 @@ def split_parameters(arm) -> UnrolledParameters:
     links = []
     for i in range(n):
         p = [arm.inertial[i, k] for k in range(10)]
-        ixx, ixy, ixz, iyy, iyz, izz = p[4:]
-        links.append((p[0], (p[1], p[2], p[3]), ((ixx, ixy, ixz), (ixy, iyy, iyz), (ixz, iyz, izz))))
+        links.append(_link(p))
 
     def per_joint(x):
         return tuple(x[i] for i in range(n))
@@ -208,6 +214,28 @@ def split_parameters(arm) -> UnrolledParameters:
         per_joint(arm.offset),
         tuple(arm.gravity[k] for k in range(3)),
     )
+
+
+def split_standard(arm, standard) -> UnrolledParameters:
+    """``split_parameters`` of ``arm`` with its parameters replaced by the standard vector ``standard``
+    ``(14 n,)`` (``SerialArm.standard_names`` order; traced, and not checked: an identified vector that the
+    arm's constructor would refuse, e.g. a zero mass, is taken as it is). The inverse and forward dynamics
+    are those of ``Y(q, q', q'') standard``: e.g. a base-parameter model with its dependent standard
+    parameters at 0 (``jaxid.fit.model.BaseColumns.standard``)."""
+    n = arm.dof
+    links = tuple(_link([standard[10 * i + k] for k in range(10)]) for i in range(n))
+
+    def per_joint(block):
+        return tuple(standard[10 * n + block * n + i] for i in range(n))
+
+    gravity = tuple(arm.gravity[k] for k in range(3))
+    return UnrolledParameters(links, per_joint(0), per_joint(1), per_joint(2), per_joint(3), gravity)
+
+
+def _link(p) -> tuple[Term, Vec, Mat]:
+    # (m, (mx, my, mz), Ī) from the link's 10 standard parameters.
+    ixx, ixy, ixz, iyy, iyz, izz = p[4:]
+    return p[0], (p[1], p[2], p[3]), ((ixx, ixy, ixz), (ixy, iyy, iyz), (ixz, iyz, izz))
 
 
 def _transforms(geometry, q, sin, cos) -> list[tuple[Mat, Vec]]:

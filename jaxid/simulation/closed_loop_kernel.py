@@ -35,7 +35,7 @@ from .controllers import AbstractController
 from .integrate import rk4_step, sincos
 from .rate_kernels import _unreachable
 
-__all__ = ["DIVERGENCE_FACTOR", "CONTROLS", "fast_path"]
+__all__ = ["DIVERGENCE_FACTOR", "CONTROLS", "fast_path", "unrolled_dynamics"]
 
 #: A trial is ``DIVERGED`` when an angle leaves this many half-ranges about its range's middle.
 DIVERGENCE_FACTOR = 10.0
@@ -80,10 +80,11 @@ class _Unrolled:
     two-link path's) measured no faster and was dropped.
     """
 
-    def __init__(self, arm: SerialArm):
+    def __init__(self, arm: SerialArm, params: unrolled.UnrolledParameters | None = None):
         self.n = arm.dof
         self.geometry = unrolled.joint_geometry(arm)
-        self.params = unrolled.split_parameters(arm)  # once per trial, outside the time loop
+        # Once per trial, outside the time loop (``params``: given, e.g. ``unrolled.split_standard``'s).
+        self.params = unrolled.split_parameters(arm) if params is None else params
         self.slope = arm.coulomb_slope
         self.revolute = tuple(i for i, g in enumerate(self.geometry) if g.revolute)
 
@@ -107,6 +108,13 @@ class _Unrolled:
             pred, self._accelerations, _unreachable(self._accelerations), q, qd, taus, tuple(sin), tuple(cos)
         )
         return qd, acc
+
+
+def unrolled_dynamics(arm: SerialArm, standard: Array) -> _Unrolled:
+    """The unrolled dynamics (``_Unrolled``: ``rates(y, τ, pred)`` on ``(q, q')`` as ``n``-tuples of scalars,
+    the accelerations behind the ``lax.cond`` barrier) of ``arm`` with the standard vector ``standard``
+    ``(14 n,)`` (traced: ``unrolled.split_standard``)."""
+    return _Unrolled(arm, unrolled.split_standard(arm, standard))
 
 
 def _stage_times(t: Array, h: float) -> Float[Array, "3"]:
