@@ -213,3 +213,15 @@ def test_log_simulations_take_the_unrolled_path_and_equal_the_generic_one():
     fast, generic = run(regressor), run(_Generic(regressor))
     assert np.all(np.isfinite(generic)) and np.max(np.abs(generic[:, :, -1] - y0)) > 0.1
     assert _relative(fast, generic) < 1e-12
+
+
+@pytest.mark.parametrize("shift", [1.0, -3.0])
+def test_ldl_solve_equals_numpy_for_definite_and_indefinite_matrices(shift):
+    """The log side's solve (``unrolled._ldl_solve``: an identified model's mass matrix need not be positive
+    definite) against ``numpy.linalg.solve``, on a positive definite and an indefinite 7 × 7 matrix."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(7, 7))
+    h, b = a @ a.T + shift * np.eye(7), rng.normal(size=7)
+    assert (np.linalg.eigvalsh(h).min() > 0) == (shift > 0)
+    got = unrolled._ldl_solve([[jnp.asarray(v) for v in row] for row in h], [jnp.asarray(v) for v in b])
+    assert _relative(jnp.stack(got), np.linalg.solve(h, b)) < 1e-13

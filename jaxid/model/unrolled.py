@@ -373,13 +373,43 @@ def _cholesky_solve(h: list[list[Term]], b: list[Term]) -> list[Term]:
     return x
 
 
-def forward_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, tau, sin, cos) -> list[Term]:
+def _ldl_solve(h: list[list[Term]], b: list[Term]) -> list[Term]:
+    """``x`` with ``H x = b`` (``h`` the lower triangle) by an unrolled ``LDLᵀ`` factorisation (``L`` unit
+    lower triangular, ``D`` diagonal, no pivoting, no square root): for a symmetric matrix whose leading
+    minors are not zero, positive definite or not."""
+    n = len(b)
+    low = [[None] * n for _ in range(n)]  # L below the diagonal
+    scaled = [[None] * n for _ in range(n)]  # L[j][k] d[k]
+    d, inv = [None] * n, [None] * n
+    for j in range(n):
+        for i in range(j):
+            scaled[j][i] = _sum([h[j][i], *(_neg(scaled[j][k] * low[i][k]) for k in range(i))])
+            low[j][i] = scaled[j][i] * inv[i]
+        d[j] = _sum([h[j][j], *(_neg(scaled[j][k] * low[j][k]) for k in range(j))])
+        inv[j] = 1.0 / d[j]
+    y = [None] * n
+    for i in range(n):
+        y[i] = _sum([b[i], *(_neg(low[i][k] * y[k]) for k in range(i))])
+    x = [None] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = _sum([y[i] * inv[i], *(_neg(low[k][i] * x[k]) for k in range(i + 1, n))])
+    return x
+
+
+def forward_dynamics(
+    geometry, params: UnrolledParameters, slope: float, q, qd, tau, sin, cos, definite: bool = True
+) -> list[Term]:
     """``q''`` of ``SerialArm.forward_dynamics`` for one trial, on scalars.
 
     Args:
         geometry: ``joint_geometry(arm)``; params: ``split_parameters(arm)``; slope: ``arm.coulomb_slope``.
         q, qd, tau: ``n`` scalars each [rad or m, rad/s or m/s, N m or N].
         sin, cos: ``n`` scalars, ``sin q_i`` and ``cos q_i`` (used for revolute joints only).
+        definite: solve by Cholesky (a mass matrix that is not positive definite gives ``nan``: a physical
+            arm's always is); ``False``: by ``LDLᵀ`` without square roots (``_ldl_solve``), finite for an
+            indefinite matrix whose leading minors are not zero, as the elimination of the generic path
+            (``jaxid.linalg.solve``) is: an identified model's (``split_standard``), which need not be
+            physical.
 
     Returns ``n`` scalars [rad/s² or m/s²].
     """
@@ -391,7 +421,7 @@ def forward_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, 
         h[i][i] = _sum((h[i][i], params.armature[i]))
     friction = _friction(params, qd, slope)
     rhs = [tau[i] - params.offset[i] - bias[i] - friction[i] for i in range(n)]
-    return _cholesky_solve(h, rhs)
+    return _cholesky_solve(h, rhs) if definite else _ldl_solve(h, rhs)
 
 
 def inverse_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, qdd, sin, cos) -> list[Term]:

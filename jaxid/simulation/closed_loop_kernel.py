@@ -80,8 +80,9 @@ class _Unrolled:
     two-link path's) measured no faster and was dropped.
     """
 
-    def __init__(self, arm: SerialArm, params: unrolled.UnrolledParameters | None = None):
+    def __init__(self, arm: SerialArm, params: unrolled.UnrolledParameters | None = None, definite: bool = True):
         self.n = arm.dof
+        self.definite = definite  # ``unrolled.forward_dynamics``' solve: Cholesky, else LDLᵀ
         self.geometry = unrolled.joint_geometry(arm)
         # Once per trial, outside the time loop (``params``: given, e.g. ``unrolled.split_standard``'s).
         self.params = unrolled.split_parameters(arm) if params is None else params
@@ -95,7 +96,9 @@ class _Unrolled:
         return jnp.stack(y[0]), jnp.stack(y[1])
 
     def _accelerations(self, q, qd, tau, sin, cos):
-        return tuple(unrolled.forward_dynamics(self.geometry, self.params, self.slope, q, qd, tau, sin, cos))
+        return tuple(
+            unrolled.forward_dynamics(self.geometry, self.params, self.slope, q, qd, tau, sin, cos, self.definite)
+        )
 
     def rates(self, y, tau, pred):
         q, qd = y
@@ -113,8 +116,10 @@ class _Unrolled:
 def unrolled_dynamics(arm: SerialArm, standard: Array) -> _Unrolled:
     """The unrolled dynamics (``_Unrolled``: ``rates(y, τ, pred)`` on ``(q, q')`` as ``n``-tuples of scalars,
     the accelerations behind the ``lax.cond`` barrier) of ``arm`` with the standard vector ``standard``
-    ``(14 n,)`` (traced: ``unrolled.split_standard``)."""
-    return _Unrolled(arm, unrolled.split_standard(arm, standard))
+    ``(14 n,)`` (traced: ``unrolled.split_standard``), solved by ``LDLᵀ`` (``definite=False``): an identified
+    model's mass matrix need not be positive definite, and its simulation then goes on as the generic
+    path's elimination does (IDIM-IV restarts it, or flags its instruments weak) instead of giving ``nan``."""
+    return _Unrolled(arm, unrolled.split_standard(arm, standard), definite=False)
 
 
 def _stage_times(t: Array, h: float) -> Float[Array, "3"]:

@@ -207,11 +207,12 @@ def simulate_segments(
     A regressor that gives its standard vector (``regressor.standard(θ)``: ``jaxid.fit.model.BaseColumns`` of
     a ``SerialArm``), with no ``known`` torque, is simulated by the closed loop's unrolled dynamics
     (``jaxid.simulation.closed_loop_kernel.unrolled_dynamics``: recursive Newton–Euler, composite rigid
-    body and an unrolled Cholesky solve on scalars, behind its ``lax.cond`` materialisation barrier) instead
+    body and an unrolled solve on scalars, behind its ``lax.cond`` materialisation barrier) instead
     of ``accelerations``' mass matrix by forward mode and elimination: the same model, equal to round-off
-    (``tests/test_unrolled.py``), ~6x faster per acceleration on the Panda (0.93 µs against 6.2 µs, 10
-    trials × 10 segments of 250 samples; ``docs/performance.md``). A mass matrix that is not positive
-    definite gives ``nan`` there (as ``jaxid.linalg.cholesky``): such a model cannot be simulated.
+    (``tests/test_unrolled.py``), ~6x faster per acceleration on the Panda (0.94 µs against 6.0 µs, 10
+    trials × 10 segments of 250 samples; ``docs/performance.md``). Its solve is ``LDLᵀ`` without pivoting,
+    so a mass matrix that is not positive definite (an identified model need not be physical) is simulated
+    as the generic path's elimination simulates it, not turned into ``nan``.
     """
     rates = _segment_rates(regressor, theta, known)
 
