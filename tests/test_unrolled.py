@@ -18,6 +18,7 @@ import pytest
 
 from jaxid.excitation.fourier import joint_limits, random_fourier_trajectory
 from jaxid.model import arm_preset, unrolled
+from jaxid.model.scalar_algebra import ldl_solve
 from jaxid.model.serial import SerialArm
 from jaxid.model.urdf import load_arm
 from jaxid.simulation.closed_loop import simulate_closed_loop
@@ -217,11 +218,11 @@ def test_log_simulations_take_the_unrolled_path_and_equal_the_generic_one():
 
 @pytest.mark.parametrize("shift", [1.0, -3.0])
 def test_ldl_solve_equals_numpy_for_definite_and_indefinite_matrices(shift):
-    """The log side's solve (``unrolled._ldl_solve``: an identified model's mass matrix need not be positive
+    """The log side's solve (``jaxid.model.scalar_algebra.ldl_solve``: an identified model's mass matrix need not be positive
     definite) against ``numpy.linalg.solve``, on a positive definite and an indefinite 7 × 7 matrix."""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(7, 7))
     h, b = a @ a.T + shift * np.eye(7), rng.normal(size=7)
     assert (np.linalg.eigvalsh(h).min() > 0) == (shift > 0)
-    got = unrolled._ldl_solve([[jnp.asarray(v) for v in row] for row in h], [jnp.asarray(v) for v in b])
+    got = ldl_solve([[jnp.asarray(v) for v in row] for row in h], [jnp.asarray(v) for v in b])
     assert _relative(jnp.stack(got), np.linalg.solve(h, b)) < 1e-13

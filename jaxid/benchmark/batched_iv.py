@@ -18,8 +18,10 @@ the default decimation), with the work that dominates it done for all trials at 
    samples (then the error ``idim_iv`` raises). Every lane's substep count is traced
    (``stepping.integrate_sample``), so one program per interval and block width serves every count
    (traced counts cost what static ones do: 0.46 s / 0.93 s / 1.37 s against 0.46 / 0.92 / 1.43 s for
-   10 Panda trials' pass at 1 / 2 / 3 substeps; a static count was one more program, 4-5 s of compile
-   each). At the first interval the trials with at most ``IV_MAX_SUBSTEPS`` substeps run grouped by
+   10 Panda trials' pass at 1 / 2 / 3 substeps on the generic path; a static count was one more program, 4-5 s
+   of compile each). The simulations take ``simulate_segments``' unrolled dynamics (a ``SerialArm``'s
+   base-parameter model: ~6x faster per acceleration; one call on 100 poorly exciting Panda trials 8.9 s
+   against 40.6 s, the same statuses). At the first interval the trials with at most ``IV_MAX_SUBSTEPS`` substeps run grouped by
    that count (a block takes its largest count's time), each group in blocks of ``block`` lanes (the
    last block padded with copies of its last trial); a trial at more substeps or at a shorter interval
    runs in a block of its own. Which block a trial
@@ -78,6 +80,7 @@ __all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
 #: the same at widths 1-25 (a Panda trial's pass: 60-90 ms), so a narrow block wastes less on padding: on 100
 #: trials of ``benchmark_panda``'s ``consistency_poor`` (whose substep counts split them into groups of ~55,
 #: 30, 15) one call took 43.8 s at 25, 37.9 s at 10 and 39.4 s with every trial alone (2026-12-05).
+#: (Measured on the generic simulations, before the unrolled ones.)
 IV_BLOCK = 10
 #: The most RK4 substeps a trial may take in a wide block (``batched_iv``); a trial whose own count
 #: (``stable_substeps``, per pass) is larger runs in a block of its own. Counts above it are rare (a stiff

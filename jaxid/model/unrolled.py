@@ -32,106 +32,32 @@ revolute joints' angles, so a caller can compute them once per stage and materia
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array
 
-__all__ = [
-    "UnrolledParameters",
-    "split_parameters",
-    "split_standard",
-    "joint_geometry",
-    "forward_dynamics",
-    "inverse_dynamics",
-]
+from .scalar_algebra import (
+    ZERO,
+    Mat,
+    Term,
+    Vec,
+    add,
+    cholesky_solve,
+    cross,
+    dot,
+    ldl_solve,
+    matvec,
+    mul,
+    neg,
+    scale,
+    snap,
+    sub,
+    tmatvec,
+    total,
+)
 
-Term = Array | float
-Vec = tuple[Term, Term, Term]
-Mat = tuple[Vec, Vec, Vec]
-
-_SNAP = 4 * float(np.finfo(float).eps)
 _TWO_OVER_PI = 2 / np.pi
-
-
-# -- trace-time algebra on terms (a Python float is a compile-time constant) ---------------------
-
-
-def _snap(x: float) -> float:
-    x = float(x)
-    for exact in (0.0, 1.0, -1.0):
-        if abs(x - exact) <= _SNAP:
-            return exact
-    return x
-
-
-def _mul(a: Term, b: Term) -> Term:
-    if isinstance(b, float) and not isinstance(a, float):
-        a, b = b, a
-    if isinstance(a, float):
-        if a == 0.0:
-            return 0.0
-        if isinstance(b, float):
-            return a * b
-        if a == 1.0:
-            return b
-        if a == -1.0:
-            return -b
-    return a * b
-
-
-def _sum(terms: Sequence[Term]) -> Term:
-    const, out = 0.0, None
-    for t in terms:
-        if isinstance(t, float):
-            const += t
-        else:
-            out = t if out is None else out + t
-    if out is None:
-        return const
-    return out if const == 0.0 else out + const
-
-
-def _neg(a: Term) -> Term:
-    return -a
-
-
-def _add(u: Vec, v: Vec) -> Vec:
-    return tuple(_sum((a, b)) for a, b in zip(u, v, strict=True))
-
-
-def _sub(u: Vec, v: Vec) -> Vec:
-    return tuple(_sum((a, _neg(b))) for a, b in zip(u, v, strict=True))
-
-
-def _scale(s: Term, v: Vec) -> Vec:
-    return tuple(_mul(s, a) for a in v)
-
-
-def _dot(u: Sequence[Term], v: Sequence[Term]) -> Term:
-    return _sum([_mul(a, b) for a, b in zip(u, v, strict=True)])
-
-
-def _cross(u: Vec, v: Vec) -> Vec:
-    return (
-        _sum((_mul(u[1], v[2]), _neg(_mul(u[2], v[1])))),
-        _sum((_mul(u[2], v[0]), _neg(_mul(u[0], v[2])))),
-        _sum((_mul(u[0], v[1]), _neg(_mul(u[1], v[0])))),
-    )
-
-
-def _matvec(m: Mat, v: Vec) -> Vec:
-    return tuple(_dot(row, v) for row in m)
-
-
-def _tmatvec(m: Mat, v: Vec) -> Vec:
-    """``mᵀ v``."""
-    return tuple(_dot((m[0][k], m[1][k], m[2][k]), v) for k in range(3))
-
-
-_ZERO: Vec = (0.0, 0.0, 0.0)
 
 
 # -- geometry and parameters ---------------------------------------------------------------------
@@ -151,7 +77,7 @@ class _JointGeometry(NamedTuple):
 
 
 def _floats(m) -> tuple:
-    return tuple(tuple(_snap(x) for x in row) for row in np.asarray(m))
+    return tuple(tuple(snap(x) for x in row) for row in np.asarray(m))
 
 
 def joint_geometry(arm) -> tuple[_JointGeometry, ...]:
@@ -167,14 +93,12 @@ def joint_geometry(arm) -> tuple[_JointGeometry, ...]:
         if kind == "revolute":
             # E = Rot(a, q)ᵀ R_treeᵀ = (a aᵀ + cos q (1 − a aᵀ) − sin q [a]×) R_treeᵀ.
             e0, ec, es = outer @ tree_r.T, (np.eye(3) - outer) @ tree_r.T, -skew @ tree_r.T
-            out.append(
-                _JointGeometry(True, tuple(_snap(x) for x in a), _floats(e0), _floats(ec), _floats(es), r, _ZERO)
-            )
+            out.append(_JointGeometry(True, tuple(snap(x) for x in a), _floats(e0), _floats(ec), _floats(es), r, ZERO))
         else:
             zero = np.zeros((3, 3))
-            rq = tuple(_snap(x) for x in tree_r @ a)
+            rq = tuple(snap(x) for x in tree_r @ a)
             geometry = _JointGeometry(
-                False, tuple(_snap(x) for x in a), _floats(tree_r.T), _floats(zero), _floats(zero), r, rq
+                False, tuple(snap(x) for x in a), _floats(tree_r.T), _floats(zero), _floats(zero), r, rq
             )
             out.append(geometry)
     return tuple(out)
@@ -243,58 +167,58 @@ def _transforms(geometry, q, sin, cos) -> list[tuple[Mat, Vec]]:
     for i, g in enumerate(geometry):
         if g.revolute:
             e = tuple(
-                tuple(_sum((g.e0[k][m], _mul(g.ec[k][m], cos[i]), _mul(g.es[k][m], sin[i]))) for m in range(3))
+                tuple(total((g.e0[k][m], mul(g.ec[k][m], cos[i]), mul(g.es[k][m], sin[i]))) for m in range(3))
                 for k in range(3)
             )
             out.append((e, g.r))
         else:
-            out.append((g.e0, tuple(_sum((g.r[k], _mul(g.rq[k], q[i]))) for k in range(3))))
+            out.append((g.e0, tuple(total((g.r[k], mul(g.rq[k], q[i]))) for k in range(3))))
     return out
 
 
 def _inertia_times(link, omega: Vec, v: Vec) -> tuple[Vec, Vec]:
     """Spatial inertia ``(m, h, Ī)`` times the motion ``(ω, v)``: ``(Ī ω + h × v, m v − h × ω)``."""
     m, h, inertia = link
-    return _add(_matvec(inertia, omega), _cross(h, v)), _sub(_scale(m, v), _cross(h, omega))
+    return add(matvec(inertia, omega), cross(h, v)), sub(scale(m, v), cross(h, omega))
 
 
 def _force_to_parent(e: Mat, r: Vec, n: Vec, f: Vec) -> tuple[Vec, Vec]:
     """``Xᵀ (n, f) = (Eᵀ n + r × Eᵀ f, Eᵀ f)``."""
-    ft = _tmatvec(e, f)
-    return _add(_tmatvec(e, n), _cross(r, ft)), ft
+    ft = tmatvec(e, f)
+    return add(tmatvec(e, n), cross(r, ft)), ft
 
 
 def _rnea(geometry, transforms, params: UnrolledParameters, qd, qdd) -> list[Term]:
     """Rigid-body joint forces by recursive Newton–Euler; ``qdd=None``: ``q'' = 0``."""
-    omega, vel = _ZERO, _ZERO
-    alpha, acc = _ZERO, tuple(_neg(g) for g in params.gravity)  # gravity as a base acceleration
+    omega, vel = ZERO, ZERO
+    alpha, acc = ZERO, tuple(neg(g) for g in params.gravity)  # gravity as a base acceleration
     forces = []
     for i, (g, (e, r)) in enumerate(zip(geometry, transforms, strict=True)):
         # Parent velocity and acceleration in link coordinates: X (ω, v) = (E ω, E (v − r × ω)).
-        omega, vel = _matvec(e, omega), _matvec(e, _sub(vel, _cross(r, omega)))
-        alpha, acc = _matvec(e, alpha), _matvec(e, _sub(acc, _cross(r, alpha)))
-        joint = _scale(qd[i], g.axis)  # S q'
+        omega, vel = matvec(e, omega), matvec(e, sub(vel, cross(r, omega)))
+        alpha, acc = matvec(e, alpha), matvec(e, sub(acc, cross(r, alpha)))
+        joint = scale(qd[i], g.axis)  # S q'
         if g.revolute:
-            omega = _add(omega, joint)
+            omega = add(omega, joint)
             if qdd is not None:
-                alpha = _add(alpha, _scale(qdd[i], g.axis))
+                alpha = add(alpha, scale(qdd[i], g.axis))
             # (ω, v) × (S q') with S q' = (a q', 0).
-            alpha, acc = _add(alpha, _cross(omega, joint)), _add(acc, _cross(vel, joint))
+            alpha, acc = add(alpha, cross(omega, joint)), add(acc, cross(vel, joint))
         else:
-            vel = _add(vel, joint)
+            vel = add(vel, joint)
             if qdd is not None:
-                acc = _add(acc, _scale(qdd[i], g.axis))
-            acc = _add(acc, _cross(omega, joint))  # (ω, v) × (0, a q') = (0, ω × a q')
+                acc = add(acc, scale(qdd[i], g.axis))
+            acc = add(acc, cross(omega, joint))  # (ω, v) × (0, a q') = (0, ω × a q')
         n_a, f_a = _inertia_times(params.links[i], alpha, acc)
         n_v, f_v = _inertia_times(params.links[i], omega, vel)
         # I a + (ω, v) ×* I v, with (ω, v) ×* (n, f) = (ω × n + v × f, ω × f).
-        force = (_add(n_a, _add(_cross(omega, n_v), _cross(vel, f_v))), _add(f_a, _cross(omega, f_v)))
+        force = (add(n_a, add(cross(omega, n_v), cross(vel, f_v))), add(f_a, cross(omega, f_v)))
         forces.append(force)
     tau = [None] * len(geometry)
     child = None
     for i in range(len(geometry) - 1, -1, -1):
-        n_i, f_i = forces[i] if child is None else (_add(forces[i][0], child[0]), _add(forces[i][1], child[1]))
-        tau[i] = _dot(geometry[i].axis, n_i if geometry[i].revolute else f_i)
+        n_i, f_i = forces[i] if child is None else (add(forces[i][0], child[0]), add(forces[i][1], child[1]))
+        tau[i] = dot(geometry[i].axis, n_i if geometry[i].revolute else f_i)
         child = _force_to_parent(*transforms[i], n_i, f_i)
     return tau
 
@@ -304,25 +228,25 @@ def _inertia_to_parent(link, e: Mat, r: Vec):
     coordinates: ``h' = Eᵀ h + m r``, ``Ī' = Eᵀ Ī E + 2 (r·hr) 1 + m |r|² 1 − hr rᵀ − r hrᵀ − m r rᵀ``
     (``hr = Eᵀ h``; the parallel-axis rule ``I_O = I_P − [r]×[hr]× − [hr]×[r]× − m [r]×[r]×``)."""
     m, h, inertia = link
-    hr = _tmatvec(e, h)
-    ie = tuple(tuple(_dot(inertia[k], (e[0][c], e[1][c], e[2][c])) for c in range(3)) for k in range(3))  # Ī E
+    hr = tmatvec(e, h)
+    ie = tuple(tuple(dot(inertia[k], (e[0][c], e[1][c], e[2][c])) for c in range(3)) for k in range(3))  # Ī E
     rotated = {
-        (k, c): _dot((e[0][k], e[1][k], e[2][k]), (ie[0][c], ie[1][c], ie[2][c])) for k in range(3) for c in range(k, 3)
+        (k, c): dot((e[0][k], e[1][k], e[2][k]), (ie[0][c], ie[1][c], ie[2][c])) for k in range(3) for c in range(k, 3)
     }
-    diag = _sum((_mul(2.0, _dot(r, hr)), _mul(_dot(r, r), m)))
+    diag = total((mul(2.0, dot(r, hr)), mul(dot(r, r), m)))
     out = {}
     for k in range(3):
         for c in range(k, 3):
-            terms = [rotated[(k, c)], _neg(_mul(hr[k], r[c])), _neg(_mul(r[k], hr[c])), _neg(_mul(r[k] * r[c], m))]
+            terms = [rotated[(k, c)], neg(mul(hr[k], r[c])), neg(mul(r[k], hr[c])), neg(mul(r[k] * r[c], m))]
             if k == c:
                 terms.append(diag)
-            out[(k, c)] = _sum(terms)
+            out[(k, c)] = total(terms)
     shifted = tuple(tuple(out[(min(k, c), max(k, c))] for c in range(3)) for k in range(3))
-    return m, _add(hr, _scale(m, r)), shifted
+    return m, add(hr, scale(m, r)), shifted
 
 
 def _add_inertia(a, b):
-    return _sum((a[0], b[0])), _add(a[1], b[1]), tuple(_add(x, y) for x, y in zip(a[2], b[2], strict=True))
+    return total((a[0], b[0])), add(a[1], b[1]), tuple(add(x, y) for x, y in zip(a[2], b[2], strict=True))
 
 
 def _mass_matrix(geometry, transforms, params: UnrolledParameters) -> list[list[Term]]:
@@ -335,13 +259,13 @@ def _mass_matrix(geometry, transforms, params: UnrolledParameters) -> list[list[
     for j in range(n):
         a = geometry[j].axis
         if geometry[j].revolute:
-            force = _inertia_times(composite[j], a, _ZERO)
+            force = _inertia_times(composite[j], a, ZERO)
         else:
-            force = _inertia_times(composite[j], _ZERO, a)
+            force = _inertia_times(composite[j], ZERO, a)
         for i in range(j, -1, -1):
             if i < j:
                 force = _force_to_parent(*transforms[i + 1], *force)
-            h[j][i] = _dot(geometry[i].axis, force[0] if geometry[i].revolute else force[1])
+            h[j][i] = dot(geometry[i].axis, force[0] if geometry[i].revolute else force[1])
     return h
 
 
@@ -349,51 +273,6 @@ def _friction(params: UnrolledParameters, qd, slope: float) -> list[Term]:
     return [
         params.viscous[i] * qd[i] + params.coulomb[i] * _TWO_OVER_PI * jnp.arctan(slope * qd[i]) for i in range(len(qd))
     ]
-
-
-def _cholesky_solve(h: list[list[Term]], b: list[Term]) -> list[Term]:
-    """``x`` with ``H x = b`` (``h`` the lower triangle) by an unrolled Cholesky factorisation; a
-    matrix that is not positive definite gives ``nan`` (as ``jaxid.linalg.cholesky``)."""
-    n = len(b)
-    low = [[None] * n for _ in range(n)]
-    inv = [None] * n
-    for j in range(n):
-        d = _sum([h[j][j], *(_neg(low[j][k] * low[j][k]) for k in range(j))])
-        diag = jnp.sqrt(d)
-        inv[j] = 1.0 / diag
-        low[j][j] = diag
-        for i in range(j + 1, n):
-            low[i][j] = _sum([h[i][j], *(_neg(low[i][k] * low[j][k]) for k in range(j))]) * inv[j]
-    y = [None] * n
-    for i in range(n):
-        y[i] = _sum([b[i], *(_neg(low[i][k] * y[k]) for k in range(i))]) * inv[i]
-    x = [None] * n
-    for i in range(n - 1, -1, -1):
-        x[i] = _sum([y[i], *(_neg(low[k][i] * x[k]) for k in range(i + 1, n))]) * inv[i]
-    return x
-
-
-def _ldl_solve(h: list[list[Term]], b: list[Term]) -> list[Term]:
-    """``x`` with ``H x = b`` (``h`` the lower triangle) by an unrolled ``LDLᵀ`` factorisation (``L`` unit
-    lower triangular, ``D`` diagonal, no pivoting, no square root): for a symmetric matrix whose leading
-    minors are not zero, positive definite or not."""
-    n = len(b)
-    low = [[None] * n for _ in range(n)]  # L below the diagonal
-    scaled = [[None] * n for _ in range(n)]  # L[j][k] d[k]
-    d, inv = [None] * n, [None] * n
-    for j in range(n):
-        for i in range(j):
-            scaled[j][i] = _sum([h[j][i], *(_neg(scaled[j][k] * low[i][k]) for k in range(i))])
-            low[j][i] = scaled[j][i] * inv[i]
-        d[j] = _sum([h[j][j], *(_neg(scaled[j][k] * low[j][k]) for k in range(j))])
-        inv[j] = 1.0 / d[j]
-    y = [None] * n
-    for i in range(n):
-        y[i] = _sum([b[i], *(_neg(low[i][k] * y[k]) for k in range(i))])
-    x = [None] * n
-    for i in range(n - 1, -1, -1):
-        x[i] = _sum([y[i] * inv[i], *(_neg(low[k][i] * x[k]) for k in range(i + 1, n))])
-    return x
 
 
 def forward_dynamics(
@@ -406,7 +285,7 @@ def forward_dynamics(
         q, qd, tau: ``n`` scalars each [rad or m, rad/s or m/s, N m or N].
         sin, cos: ``n`` scalars, ``sin q_i`` and ``cos q_i`` (used for revolute joints only).
         definite: solve by Cholesky (a mass matrix that is not positive definite gives ``nan``: a physical
-            arm's always is); ``False``: by ``LDLᵀ`` without square roots (``_ldl_solve``), finite for an
+            arm's always is); ``False``: by ``LDLᵀ`` without square roots (``ldl_solve``), finite for an
             indefinite matrix whose leading minors are not zero, as the elimination of the generic path
             (``jaxid.linalg.solve``) is: an identified model's (``split_standard``), which need not be
             physical.
@@ -418,10 +297,10 @@ def forward_dynamics(
     h = _mass_matrix(geometry, transforms, params)
     n = len(geometry)
     for i in range(n):
-        h[i][i] = _sum((h[i][i], params.armature[i]))
+        h[i][i] = total((h[i][i], params.armature[i]))
     friction = _friction(params, qd, slope)
     rhs = [tau[i] - params.offset[i] - bias[i] - friction[i] for i in range(n)]
-    return _cholesky_solve(h, rhs) if definite else _ldl_solve(h, rhs)
+    return cholesky_solve(h, rhs) if definite else ldl_solve(h, rhs)
 
 
 def inverse_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, qdd, sin, cos) -> list[Term]:
