@@ -7,6 +7,8 @@ the closed-loop simulator's fast path (selected for every ``SerialArm``) against
 - ``simulate_closed_loop`` on the Panda (PD with feed-forward at zero-order hold with measurement
   noise; computed torque per RK4 stage) takes the fast path and equals the generic path to 1e-12
   (``tests/test_closed_loop.py`` runs the batch runner, on the same path, against ``vmap``).
+- the log side's segment simulations (``stepping.simulate_segments``) of a base-parameter model on the
+  unrolled path (``split_standard``, ``LDLᵀ``) against the generic path, and ``ldl_solve`` against numpy.
 """
 
 from pathlib import Path
