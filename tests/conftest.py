@@ -24,11 +24,15 @@ from pathlib import Path
 
 _DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxid" / "jax"
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_DEFAULT_CACHE))
-# Cache every compile, the small kernels of eager (op-by-op) calls included: each takes 0.01-0.2 s
-# to compile and the suite makes tens of thousands of them, while loading one takes milliseconds.
+# The workers cache every compile, the small kernels of eager (op-by-op) calls included: each takes
+# 0.01-0.2 s to compile and the suite makes thousands of them, while loading one takes milliseconds.
 # Measured warm (load 6, one process): test_urdf_random 28.7 s at a 0.05 s threshold -> 11.0 s at 0;
-# test_crlb + test_serial 51.6 s -> 36.2 s; the cold run is not slower (entries of a few kB).
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# test_crlb + test_serial 51.6 s -> 36.2 s. ``JAXID_TEST_MIN_COMPILE_TIME_SECS`` overrides it.
+_WORKER_MIN_COMPILE_SECS = float(os.environ.get("JAXID_TEST_MIN_COMPILE_TIME_SECS", "0"))
+# The tests' subprocesses (CLI runs, scripts: they inherit the environment) keep the command line's own
+# threshold, 0.5 s (``jaxid.cli``): each write to a size-limited cache costs them a scan of the whole
+# directory (below), and their small programs recompile in milliseconds.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # A size limit makes JAX lock the cache (``filelock``) around every read and write. Without one it
 # writes entries unlocked, and a worker (or a test's subprocess, which inherits these variables)
 # that reads an entry another process is still writing crashes in deserialisation.
@@ -91,10 +95,27 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update(
-    "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
-)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", _WORKER_MIN_COMPILE_SECS)
 jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+
+
+def _no_eviction_scan_per_write() -> None:
+    """Skip the eviction scan JAX's size-limited cache makes on every write, in this process.
+
+    ``jax._src.lru_cache.LRUCache.put`` calls ``_evict_if_needed``, which lists the whole cache directory
+    and reads every entry's access-time file, under the lock both workers share: O(entries) a write, so a
+    cold run that writes thousands of programs is quadratic. Measured: 0.15 s a scan at the 6 000 entries a
+    cold run leaves; the README's main command (a subprocess, 94 writes) 19.0 s on an empty cache and 27.9 s
+    beside 12 000 other entries. The suite bounds the directory once per run instead (``_prune``, before
+    the workers start), so the scan is replaced by nothing; the lock, the reason for the size limit, stays.
+    Where a jax release has no such method, nothing changes (slower, not wrong)."""
+    from jax._src import lru_cache
+
+    if callable(getattr(lru_cache.LRUCache, "_evict_if_needed", None)):
+        lru_cache.LRUCache._evict_if_needed = lambda self, *, additional_size=0: None
+
+
+_no_eviction_scan_per_write()
 
 import pytest  # noqa: E402
 from _typecheck import install as _skip_unannotated  # noqa: E402
