@@ -218,6 +218,42 @@ def test_log_simulations_take_the_unrolled_path_and_equal_the_generic_one():
     assert _relative(fast, generic) < 1e-12
 
 
+def test_a_fit_s_held_parameters_keep_the_unrolled_path(monkeypatch):
+    """A fit that holds some base parameters (``jaxid.fit.model.HeldTorque``: the held columns' torque,
+    and their standard vector) simulates ``free.standard(θ) + held.standard()`` on the unrolled dynamics
+    (taken: counted), equal to the generic path (the free columns' model plus the held torque as a plain
+    function) to 1e-12; a known torque without a standard vector keeps the generic path."""
+    from jaxid.estimate.logs import stepping
+    from jaxid.fit.model import BaseColumns, HeldTorque
+    from jaxid.model import base_parameters
+
+    arm = _with_joint_terms(_arm("ur5"), seed=5)
+    base = base_parameters(arm)
+    values = np.asarray(base.values(arm.standard_parameters()))
+    held = tuple(range(0, len(values), 3))
+    free = tuple(i for i in range(len(values)) if i not in held)
+    regressor = BaseColumns(arm, base, free)
+    known = HeldTorque(BaseColumns(arm, base, held), values[list(held)])
+    theta = jnp.asarray(values[list(free)])
+    rng = np.random.default_rng(3)
+    n, segments, steps = arm.dof, 2, 30
+    y0 = jnp.asarray(np.concatenate([rng.uniform(-1, 1, (segments, n)), rng.normal(size=(segments, n))], -1))
+    torques = jnp.asarray(rng.normal(scale=5.0, size=(segments, steps, 3, n)))
+    built = []
+    original = stepping.unrolled_dynamics
+    monkeypatch.setattr(stepping, "unrolled_dynamics", lambda *a: built.append(a) or original(*a))
+
+    def run(model, torque):
+        return jax.jit(lambda y, u: stepping.simulate_segments(model, theta, y, u, 2e-3, torque, 2))(y0, torques)
+
+    fast = run(regressor, known)
+    assert len(built) == 1
+    generic = run(_Generic(regressor), lambda q, qd, qdd: known(q, qd, qdd))
+    assert len(built) == 1  # the plain function has no standard vector: generic
+    assert np.all(np.isfinite(generic)) and np.max(np.abs(generic[:, -1] - y0)) > 0.1
+    assert _relative(fast, generic) < 1e-12
+
+
 @pytest.mark.parametrize("shift", [1.0, -3.0])
 def test_ldl_solve_equals_numpy_for_definite_and_indefinite_matrices(shift):
     """The log side's solve (``jaxid.model.scalar_algebra.ldl_solve``: an identified model's mass matrix need not be positive

@@ -21,6 +21,7 @@ from ..types import did_you_mean
 __all__ = [
     "FitModel",
     "BaseColumns",
+    "HeldTorque",
     "StandardColumns",
     "build_model",
     "SIGN_CONSTRAINED",
@@ -158,11 +159,7 @@ def build_model(config: FitConfig) -> FitModel:
         # All free: the same object, so that the estimators and the metrics share compiled programs.
         free_regressor = regressor if not held else BaseColumns(arm, base, free)
         if held:
-            held_columns = BaseColumns(arm, base, tuple(held))
-            theta_known = values[held]
-
-            def known(q, qd, qdd):
-                return held_columns.torque(theta_known, q, qd, qdd)
+            known = HeldTorque(BaseColumns(arm, base, tuple(held)), values[held])
 
     compare = {k: np.asarray(base.values(m.standard_parameters(a))) for k, a in config.compare.items()}
     return FitModel(
@@ -216,6 +213,25 @@ class BaseColumns:
     def torque(self, theta, q, qd, qdd):
         """``Y_B[..., columns](q, q', q'') θ`` [N m], ``(..., n)``."""
         return _inverse_dynamics()(self.arm, self.standard(theta), q, qd, qdd)
+
+
+class HeldTorque:
+    """The torque of the base parameters a fit holds (``fit.fixed`` and the ones not in ``fit.unknowns``):
+    ``held(q, q', q'') = Y_B[..., columns] θ_held`` (``jaxid.estimate.logs.data.Known``), and ``standard()``,
+    their standard vector, so that a simulation of the free model plus this torque can run on the arm's
+    unrolled dynamics at ``free.standard(θ) + held.standard()`` (``jaxid.estimate.logs.stepping``: the
+    dynamics are linear in the standard vector). Hashable by identity (a static argument)."""
+
+    def __init__(self, columns: BaseColumns, theta):
+        self.columns, self.theta = columns, np.asarray(theta, dtype=float)
+        self.arm = columns.arm
+
+    def __call__(self, q, qd, qdd):
+        return self.columns.torque(self.theta, q, qd, qdd)
+
+    def standard(self):
+        """The held parameters' standard vector ``(14 n,)`` (0 at every other column)."""
+        return self.columns.standard(self.theta)
 
 
 @functools.cache

@@ -205,7 +205,8 @@ def simulate_segments(
     over segments); ``jit``/``jacfwd``-compatible.
 
     A regressor that gives its standard vector (``regressor.standard(θ)``: ``jaxid.fit.model.BaseColumns`` of
-    a ``SerialArm``), with no ``known`` torque, is simulated by the closed loop's unrolled dynamics
+    a ``SerialArm``), with no ``known`` torque or one that gives its own (``jaxid.fit.model.HeldTorque``: a fit's
+    held parameters; the two standard vectors add), is simulated by the closed loop's unrolled dynamics
     (``jaxid.simulation.closed_loop_kernel.unrolled_dynamics``: recursive Newton–Euler, composite rigid
     body and an unrolled solve on scalars, behind its ``lax.cond`` materialisation barrier) instead
     of ``accelerations``' mass matrix by forward mode and elimination: the same model, equal to round-off
@@ -231,13 +232,20 @@ def simulate_segments(
 
 def _segment_rates(regressor: Regressor, theta, known: Known | None):
     """``rates(y, τ, pred)`` of ``simulate_segments``: the unrolled dynamics where the regressor gives its
-    standard vector and nothing is known (``pred``: the unbatched always-true barrier), else ``_rates``."""
+    standard vector and the known torque, if any, gives its own on the same arm (``jaxid.fit.model.HeldTorque``:
+    the dynamics are linear in the standard vector, so the two add; ``pred``: the unbatched always-true
+    barrier), else ``_rates``."""
     standard = getattr(regressor, "standard", None)
     arm = getattr(regressor, "arm", None)
-    if standard is None or known is not None or not fast_path(arm):
+    held = None if known is None else getattr(known, "standard", None)
+    if (
+        standard is None
+        or not fast_path(arm)
+        or (known is not None and (held is None or getattr(known, "arm", None) is not arm))
+    ):
         generic = _rates(regressor, theta, known)
         return lambda y, tau, pred: generic(y, tau)
-    dynamics = unrolled_dynamics(arm, standard(theta))
+    dynamics = unrolled_dynamics(arm, standard(theta) if held is None else standard(theta) + held())
     n = arm.dof
 
     def rates(y, tau, pred):
