@@ -6,7 +6,9 @@
         python -m pytest -q tests/test_ekf.py                                         # on an empty cache
 
 It listens to JAX's own duration events (``jax._src.monitoring``): XLA compiles
-(``backend_compile_duration``, one per program compiled, not loaded from the persistent cache), tracing
+(``backend_compile_duration``, one per program JAX gets for a new signature: it times
+``compile_or_get_cached`` as a whole, so a persistent-cache read, and a compile's cache write, are inside it;
+a warm run's "programs compiled" are mostly loads), tracing
 (``jaxpr_trace_duration``), lowering to MLIR (``jaxpr_to_mlir_module_duration``) and persistent-cache
 reads (``cache_retrieval_time_sec``), each attributed to the running test and, for compiles, to the
 program's name and the innermost ``jaxid`` source line that asked for it (so that op-by-op calls, which
