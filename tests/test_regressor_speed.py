@@ -91,6 +91,6 @@ def test_batched_regressor_broadcasts_over_arms_and_traces(arm):
         assert _relative(batched[k], _jacobian(one, q[0], qd[0], qdd[0])) < 1e-12
     # traced: under jit and vmap the same numbers
     jitted = jax.jit(lambda q, qd, qdd: arm.standard_regressor(q, qd, qdd))(q, qd, qdd)
-    mapped = jax.vmap(arm.standard_regressor)(q[0], qd[0], qdd[0])
+    mapped = jax.jit(jax.vmap(arm.standard_regressor))(q[0], qd[0], qdd[0])  # vmap traced, one program
     assert _relative(jitted, y) < 1e-14
     assert _relative(mapped, y[0]) < 1e-14

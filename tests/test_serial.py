@@ -270,7 +270,8 @@ def test_regressor_recursion_is_the_jacobian_of_the_inverse_dynamics(arms, name)
     def torque(standard, q, qd, qdd):
         return arm.with_standard_parameters(standard).inverse_dynamics(q, qd, qdd)
 
-    jacobian = jax.vmap(jax.jacfwd(torque), in_axes=(None, 0, 0, 0))(arm.standard_parameters(), q, qd, qdd)
+    # Compiled (one program, not the recursion's operations one by one under an eager vmap).
+    jacobian = jax.jit(jax.vmap(jax.jacfwd(torque), in_axes=(None, 0, 0, 0)))(arm.standard_parameters(), q, qd, qdd)
     y = arm.standard_regressor(q, qd, qdd)
     np.testing.assert_allclose(y, jacobian, rtol=0, atol=1e-12 * np.max(np.abs(jacobian)))
 
