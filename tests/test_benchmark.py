@@ -151,6 +151,10 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, smoke_run, mon
         ({"extra": "sample_step = 0.003"}, ["sample_step", "does not divide"]),
         ({"extra": "true_coulomb = [1.0, 2.0, 3.0]"}, ["true_coulomb", "list of 2"]),
         ({"extra": "estimator_trials = {ekf = 2}"}, ["estimator_trials.ekf", "not among"]),
+        ({"extra": "estimator_options = {ekf = {initial_relative_std = 0.1}}"}, ["estimator_options.ekf", "not among"]),
+        ({"extra": "estimator_options = {idim_iv = {iteration = 1}}"}, ["no option 'iteration'", "'iterations'"]),
+        ({"extra": "estimator_options = {rls = {forgetting = 0.99}}"}, ["estimator_options.rls", "default options"]),
+        ({"extra": "estimator_options = {idim_iv = 1}"}, ["estimator_options.idim_iv", "table of options"]),
     ],
 )
 def test_config_errors_are_one_line_and_write_nothing(tmp_path, capsys, change, words):

@@ -132,3 +132,28 @@ def test_a_trial_whose_call_raises_gets_its_error(plan, chunk):
     out = batched_iv(plan, logs[:2], [starts[0], wild])
     assert isinstance(out[1], ValueError) and str(out[1]) == str(raised.value)
     np.testing.assert_array_equal(out[0].value, batched_iv(plan, logs[:2], starts[:2])[0].value)
+
+
+@pytest.mark.slow
+def test_a_setting_s_estimator_options_reach_its_estimators(tmp_path_factory, chunk):
+    """``estimator_options`` of a setting: IDIM-IV (batched) with one pass and bounded LS (trial by trial)
+    without the joint weighting give, in ``run_chunk``, what ``make_estimator(e, options)`` gives on the
+    same log and start, and not what the defaults give."""
+    options = {"idim_iv": {"iterations": 1}, "idim_ls_bounded": {"weighting": "none"}}
+    config = write_config(
+        tmp_path_factory.mktemp("options") / "tiny.toml",
+        estimators='["idim_ls", "idim_iv", "idim_ls_bounded"]',
+        extra='estimator_options = {idim_iv = {iterations = 1}, idim_ls_bounded = {weighting = "none"}}',
+    )
+    exp = load_benchmark(config)
+    plan = make_plan(exp, exp.settings[0])
+    assert plan.setting["estimator_options"] == options
+    run, _, logs, starts = chunk
+    rows = pd.DataFrame(run_chunk(plan, {f: v[:2] for f, v in run.items()}, [0, 1]))
+    for e, opts in options.items():
+        for k in range(2):
+            got = rows[(rows.estimator == e) & (rows.trial == k)].estimate.to_numpy()
+            reference = make_estimator(e, opts)([logs[k]], plan.model, start=starts[k]).value
+            default = make_estimator(e)([logs[k]], plan.model, start=starts[k]).value
+            assert np.max(np.abs(got - reference)) < 1e-9 * np.linalg.norm(reference), (e, k)
+            assert np.max(np.abs(got - default)) > 1e-6 * np.linalg.norm(default), (e, k)

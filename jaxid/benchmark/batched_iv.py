@@ -2,7 +2,7 @@
 
 ``batched_iv(plan, logs, starts)`` gives for each trial's filtered log and IDIM-LS start what the
 trial-by-trial call ``make_estimator("idim_iv")([log], plan.model, start=start)`` gives
-(``jaxid.estimate.logs.iv.idim_iv`` with the estimator's default options: its passes, ``segment_s``,
+(``jaxid.estimate.logs.iv.idim_iv`` with the setting's options, ``estimator_options.idim_iv`` over the class's defaults: its passes, ``segment_s``,
 the default decimation), with the work that dominates it done for all trials at once:
 
 1. **Measured side** (once): the parallel-filtered regressor and torque at the rows the segments can
@@ -130,9 +130,10 @@ def _signals(regressor, known, sample_step: float, theta, x0, torques, q_measure
     return jax.vmap(one)(theta, x0, torques, q_measured, tau, counts)
 
 
-def _options() -> dict:
-    """``make_estimator("idim_iv")``'s options on logs (``iterations``, ``segment_s``, maybe ``decimate``)."""
-    return dict(make_estimator("idim_iv")._applicable("log"))
+def _options(plan) -> dict:
+    """The setting's IDIM-IV options on logs (``iterations``, ``segment_s``, maybe ``decimate``): its
+    ``estimator_options.idim_iv`` over the class's defaults."""
+    return dict(make_estimator("idim_iv", plan.setting["estimator_options"].get("idim_iv"))._applicable("log"))
 
 
 class _Segments:
@@ -175,7 +176,7 @@ def batched_iv(
         return []
     model = plan.model
     regressor, known, names = model.regressor, model.known, tuple(model.names)
-    options = _options()
+    options = _options(plan)
     iterations, segment_s = int(options["iterations"]), float(options["segment_s"])
     d0 = logs[0]
     h = d0.sample_step

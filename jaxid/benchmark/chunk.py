@@ -6,7 +6,7 @@ The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS) runs as one 
 chunk's trials that are to run them as one ``kalman_filter_batch`` call each (a ``vmap`` of the filter
 over blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep
 count, the last padded, so a trial's numbers do not depend on its chunk; the count traced, so one
-program serves every count), with the estimator class's default options. IDIM-IV runs batched as well
+program serves every count), with the setting's options (``setting_estimator``). IDIM-IV runs batched as well
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
 to it to round-off, a trial whose call would raise given that error). The others (output error, bounded
@@ -23,7 +23,6 @@ import time
 import numpy as np
 
 from .._platform import thread_map
-from ..estimate import make_estimator
 from ..estimate.kalman.logs import kalman_filter_batch
 from ..types import Status
 from .batched import BATCHED, _log, _start, batched_fits
@@ -42,18 +41,18 @@ FILTER_BLOCK = 10
 
 def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) -> dict:
     """Estimator ``e`` on the chunk's trials ``members`` (indices into ``run``) in one call: a Kalman filter
-    (``FILTERS``) by ``kalman_filter_batch`` with the options ``make_estimator(e)`` passes to
+    (``FILTERS``) by ``kalman_filter_batch`` with the options ``setting_estimator(plan, e)`` (the setting's) passes to
     ``kalman_filter_fit`` (its ``_fit_logs``; the model's known torque), IDIM-IV by ``batched_iv``.
     ``{k: (value, cov, status, seconds, cpu_seconds)}`` for every trial (a trial whose fit fails has its
     error as its status), the call's time shared evenly; empty if the call raised: those run trial by trial."""
-    from .trial import _failure
+    from .trial import _failure, setting_estimator
 
     if not members:
         return {}
     s, model = plan.setting, plan.model
     t0, c0 = time.perf_counter(), time.process_time()
     logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k) for k in members]
-    options = {k: float(v) for k, v in make_estimator(e)._applicable("log").items()}
+    options = {k: float(v) for k, v in setting_estimator(plan, e)._applicable("log").items()}
     width = min(FILTER_BLOCK, plan.width, s["estimator_trials"].get(e, s.trials))
     try:
         if e == "idim_iv":
@@ -79,7 +78,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
     call each, IDIM-IV by ``batched_iv``, the others trial by trial (over the host's cores), all from the
     batched IDIM-LS."""
-    from .trial import _failure, estimate_rows
+    from .trial import _failure, estimate_rows, setting_estimator
 
     s = plan.setting
     limits = s["estimator_trials"]
@@ -118,7 +117,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         k, e = job
         t1 = time.perf_counter()
         try:
-            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            est = setting_estimator(plan, e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
             value, cov, label = est.value, est.covariance, est.status
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
             value, cov, label = None, None, _failure(err)

@@ -49,7 +49,15 @@ from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
 
-__all__ = ["BenchmarkPlan", "make_plan", "simulate_trials", "run_estimators", "ESTIMATOR_DOC", "validation_rmse"]
+__all__ = [
+    "BenchmarkPlan",
+    "make_plan",
+    "simulate_trials",
+    "run_estimators",
+    "ESTIMATOR_DOC",
+    "validation_rmse",
+    "setting_estimator",
+]
 
 #: What each estimator is and what its reported std means (also in ``experiments/README.md``).
 ESTIMATOR_DOC = {
@@ -270,6 +278,11 @@ def validation_rmse(plan: BenchmarkPlan, theta: np.ndarray) -> float:
     return float(np.sqrt(np.mean((predicted - np.asarray(tau)) ** 2)))
 
 
+def setting_estimator(plan: BenchmarkPlan, name: str):
+    """The estimator ``name`` with the setting's ``estimator_options`` for it (``jaxid.config.benchmark``)."""
+    return make_estimator(name, plan.setting["estimator_options"].get(name))
+
+
 def _filtered(plan: BenchmarkPlan, run: dict, index: int):
     s = plan.setting
     log = MeasuredLog(
@@ -317,7 +330,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             try:
-                est = make_estimator(e)(logs, plan.model, start=ls)
+                est = setting_estimator(plan, e)(logs, plan.model, start=ls)
                 value, cov, label = est.value, est.covariance, est.status
             except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
                 value, cov, label = None, None, _failure(err)

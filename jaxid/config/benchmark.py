@@ -25,7 +25,7 @@ from typing import Any
 from ..estimate import names_for
 from ..types import did_you_mean
 from .study import EXPERIMENT_KEYS as STUDY_EXPERIMENT_KEYS
-from .study import ConfigError, Experiment, Setting, check_experiment_table, read_toml
+from .study import ConfigError, Experiment, Setting, check_estimator_options, check_experiment_table, read_toml
 
 __all__ = [
     "BENCHMARK_DEFAULTS",
@@ -66,6 +66,7 @@ BENCHMARK_DEFAULTS: dict[str, Any] = {
     "trim_s": 0.25,  # [s] dropped at each end of the filtered log (the filter's edge transients)
     "estimators": ["idim_ls", "idim_iv", "idim_ls_consistent"],
     "estimator_trials": {},  # {estimator = n}: run a slow estimator on the first n trials only
+    "estimator_options": {},  # {estimator = {option = value}}: as a study's (not the batched least-squares family)
     "full": True,  # whether `jaxid run --full` runs this setting (Benchmark.select_full)
     "full_estimator_trials": None,  # estimator_trials of a --full run (default: estimator_trials)
     "prior_error": 0.3,  # relative error of the prior (CAD) values the consistent fit is regularised towards
@@ -141,6 +142,28 @@ class Benchmark(Experiment):
         from .fit_arm import _load_urdf
 
         return _load_urdf(Path(self.urdf_path), self.arm["options"], "arm.urdf")
+
+
+#: The estimators a benchmark runs in one compiled program per chunk with their default options
+#: (``jaxid.benchmark.batched.BATCHED``): no ``estimator_options`` for them.
+DEFAULT_ONLY = ("idim_ls", "rls", "idim_ls_consistent")
+
+
+def _check_options(table, names: list[str], where: str) -> None:
+    """``estimator_options`` (``ConfigError``, one line): a table per estimator of the setting, each option
+    one its class takes on logs (``check_estimator_options``), none for the batched least-squares family."""
+    key = f"{where}.estimator_options"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{key} must be a table {{estimator = {{option = value}}}}, got {table!r}.")
+    for name, options in table.items():
+        if name not in names:
+            raise ConfigError(f"{key}.{name}: {name!r} is not among this setting's estimators {names}.")
+        if name in DEFAULT_ONLY:
+            raise ConfigError(
+                f"{key}.{name}: {', '.join(DEFAULT_ONLY)} run batched with their default options in a benchmark "
+                "(one compiled program per chunk); drop this table (the setting's cutoff_hz and prior_error are theirs)."
+            )
+        check_estimator_options(name, options, f"{key}.{name}", data="log")
 
 
 def is_benchmark(raw: dict) -> bool:
@@ -325,6 +348,7 @@ def _validate(v: dict, where: str, dof: int) -> dict:
                 raise ConfigError(f"{where}.{key}.{name}: {name!r} is not among this setting's estimators {names}.")
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ConfigError(f"{where}.{key}.{name} must be a positive integer, got {count!r}.")
+    _check_options(v["estimator_options"], names, where)
     trials = v["trials"]
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ConfigError(f"{where}.trials must be a positive integer, got {trials!r}.")

@@ -304,11 +304,12 @@ def _check_spectral_path(v: dict, where: str) -> None:
 RUNNER_ARGUMENTS = ("record", "excitation", "nominal", "unknowns", "q0", "noise_std")
 
 
-def check_estimator_options(name: str, options: Any, where: str) -> None:
+def check_estimator_options(name: str, options: Any, where: str, data: str = "record") -> None:
     """Check an ``estimator_options.<name>`` table before anything runs (``ConfigError``, one line).
 
     The names and values are checked as constructor arguments of the estimator's class
-    (``jaxid.estimate.check_options``), without building it.
+    (``jaxid.estimate.check_options``), without building it, each an option it takes on ``data``
+    (``"record"``: a study's; ``"log"``: a benchmark's).
     """
     if not isinstance(options, dict):
         raise ConfigError(f"{where} must be a table of options, e.g. {{forgetting = 0.999}}, got {options!r}.")
@@ -318,6 +319,6 @@ def check_estimator_options(name: str, options: Any, where: str) -> None:
         if key in RUNNER_ARGUMENTS:
             raise ConfigError(f"{where}.{key}: set by the study from the setting, not an estimator option.")
     try:
-        check_options(name, options, data="record")
+        check_options(name, options, data=data)
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
