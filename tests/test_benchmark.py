@@ -155,6 +155,10 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, smoke_run, mon
         ({"extra": "estimator_options = {idim_iv = {iteration = 1}}"}, ["no option 'iteration'", "'iterations'"]),
         ({"extra": "estimator_options = {rls = {forgetting = 0.99}}"}, ["estimator_options.rls", "default options"]),
         ({"extra": "estimator_options = {idim_iv = 1}"}, ["estimator_options.idim_iv", "table of options"]),
+        (
+            {"estimators": '["idim_ls", "didim"]', "extra": "estimator_options = {didim = {iterations = 3}}"},
+            ["estimator_options.didim", "default options"],
+        ),
     ],
 )
 def test_config_errors_are_one_line_and_write_nothing(tmp_path, capsys, change, words):

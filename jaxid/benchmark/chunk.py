@@ -27,6 +27,7 @@ from ..estimate.kalman.logs import kalman_filter_batch
 from ..types import Status
 from .batched import BATCHED, _log, _start, batched_fits
 from .batched_iv import batched_iv
+from .didim import didim_chunk
 
 __all__ = ["FILTERS", "FILTER_BLOCK", "run_chunk"]
 
@@ -93,7 +94,9 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         good = int(np.flatnonzero(ok)[0])
         run = {f: np.where(ok.reshape((-1,) + (1,) * (v.ndim - 1)), v, v[good]) for f, v in run.items()}
     try:
-        fits = batched_fits(plan, run, (*batched, "idim_ls", *iv)) if ok.any() else None
+        # DIDIM starts from consistent LS (``jaxid.benchmark.didim``): the batched program computes it as well.
+        start = ("idim_ls_consistent",) if "didim" in s["estimators"] else ()
+        fits = batched_fits(plan, run, (*batched, "idim_ls", *iv, *start)) if ok.any() else None
     except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
         fits, error = None, _failure(err)
     per_trial = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
@@ -103,6 +106,9 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         for e in s["estimators"]
         if e in (*FILTERS, "idim_iv")
     }
+    if "didim" in s["estimators"]:
+        members = [k for k in started if trials[k] < limits.get("didim", s.trials)]
+        filtered["didim"] = didim_chunk(plan, run, fits, members)
     # The estimators that run trial by trial (output error, bounded LS): each fit on its own data, the fits
     # spread over the host's cores (``thread_map``: their passes are compiled programs, which release the GIL;
     # a fit's result does not depend on its neighbours). Seconds per fit are its own wall time.

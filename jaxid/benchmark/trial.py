@@ -48,6 +48,8 @@ from ..simulation.closed_loop_record import MeasurementNoise
 from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
+from .batched import batched_fits
+from .didim import didim_chunk
 
 __all__ = [
     "BenchmarkPlan",
@@ -75,6 +77,9 @@ ESTIMATOR_DOC = {
     "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
     "ekf": "extended Kalman filter, state (q, q', θ), from IDIM-LS",
     "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",
+    "didim": "closed-loop output error (DIDIM): IDIM-LS with the regressor at the states of the model's closed loop, "
+    "simulated noise-free with the setting's controller and reference, from IDIM-LS until no parameter moves by "
+    "1e-3 of its std (std: IDIM-LS's Newey-West sandwich on the last pass's rows)",
 }
 
 
@@ -327,6 +332,10 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                 continue
             if ls is None:
                 out[e] = (None, None, "start_" + ls_status, 0.0, 0.0)
+                continue
+            if e == "didim":  # the chunk's batched route on this trial alone (from the batched consistent LS)
+                one = {f: v[index : index + 1] for f, v in run.items()}
+                out[e] = didim_chunk(plan, one, batched_fits(plan, one, ("idim_ls", "idim_ls_consistent")), [0])[0]
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             try:

@@ -38,8 +38,8 @@ __all__ = [
 ]
 
 #: Estimators the benchmark can run on an N-joint log (``jaxid.benchmark.trial``): every class of
-#: ``jaxid.estimate`` that takes logs.
-BENCHMARK_ESTIMATORS = tuple(names_for("log"))
+#: ``jaxid.estimate`` that takes logs, and ``didim`` (``jaxid.benchmark.didim``: it simulates the setting's controller).
+BENCHMARK_ESTIMATORS = (*names_for("log"), "didim")
 #: ``excitation``: a random feasible Fourier trajectory, or one designed by ``jaxid.excitation.fourier_design``.
 EXCITATIONS = ("random", "bound", "condition")
 CONTROLLERS = ("pd", "computed_torque")
@@ -145,8 +145,8 @@ class Benchmark(Experiment):
 
 
 #: The estimators a benchmark runs in one compiled program per chunk with their default options
-#: (``jaxid.benchmark.batched.BATCHED``): no ``estimator_options`` for them.
-DEFAULT_ONLY = ("idim_ls", "rls", "idim_ls_consistent")
+#: (``jaxid.benchmark.batched.BATCHED``, and DIDIM: ``jaxid.benchmark.didim``): no ``estimator_options`` for them.
+DEFAULT_ONLY = ("idim_ls", "rls", "idim_ls_consistent", "didim")
 
 
 def _check_options(table, names: list[str], where: str) -> None:
