@@ -77,9 +77,9 @@ ESTIMATOR_DOC = {
     "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
     "ekf": "extended Kalman filter, state (q, q', θ), from IDIM-LS",
     "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",
-    "didim": "closed-loop output error (DIDIM): IDIM-LS with the regressor at the states of the model's closed loop, "
-    "simulated noise-free with the setting's controller and reference, from IDIM-LS until no parameter moves by "
-    "1e-3 of its std (std: IDIM-LS's Newey-West sandwich on the last pass's rows)",
+    "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
+    "of the model's closed loop, simulated noise-free with the setting's controller and reference, from consistent "
+    "LS until no parameter moves by 1e-3 of its std (std: consistent LS's own on the last pass's rows)",
 }
 
 
