@@ -10,26 +10,19 @@ trials compiles to the same program as there).
 import numpy as np
 import pandas as pd
 import pytest
-from test_benchmark import write_config
+from test_benchmark_batched import _tiny_plan
 
-from jaxid.benchmark import load_benchmark
 from jaxid.benchmark.batched import batched_fits
 from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.didim import didim_chunk
-from jaxid.benchmark.trial import make_plan, run_estimators, simulate_trials
+from jaxid.benchmark.trial import run_estimators, simulate_trials
 
 ESTIMATORS = '["idim_ls", "idim_ls_consistent", "didim"]'
 
 
-def _plan(tmp_path_factory, folder, extra=""):
-    config = write_config(tmp_path_factory.mktemp(folder) / "tiny.toml", estimators=ESTIMATORS, extra=extra)
-    exp = load_benchmark(config)
-    return make_plan(exp, exp.settings[0])
-
-
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
-    return _plan(tmp_path_factory, "didim")
+    return _tiny_plan(tmp_path_factory, "didim", estimators=ESTIMATORS)
 
 
 @pytest.mark.slow
@@ -40,7 +33,12 @@ def test_the_truth_is_the_fixed_point_of_a_noise_free_closed_loop(tmp_path_facto
     pulls a little where the data leave no residual; with plain least-squares passes 3e-14), where
     IDIM-LS on the same log is 1.5 % off (its filtered derivatives); ``run_chunk``'s rows carry it."""
     noise_free = "angle_std = 0.0\nvelocity_std = 0.0\ntorque_std = 0.0\n"
-    plan = _plan(tmp_path_factory, "didim_exact", noise_free + "true_viscous = 0.3\ntrue_coulomb = 0.5")
+    plan = _tiny_plan(
+        tmp_path_factory,
+        "didim_exact",
+        estimators=ESTIMATORS,
+        extra=noise_free + "true_viscous = 0.3\ntrue_coulomb = 0.5",
+    )
     run = simulate_trials(plan, np.arange(2))
     rows = pd.DataFrame(run_chunk(plan, run, [0, 1]))
     scale = np.abs(plan.truth).max()
