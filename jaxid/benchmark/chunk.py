@@ -9,9 +9,10 @@ count, the last padded, so a trial's numbers do not depend on its chunk; the cou
 program serves every count), with the setting's options (``setting_estimator``). IDIM-IV runs batched as well
 (``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
-to it to round-off, a trial whose call would raise given that error). The others (output error, bounded
-LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``).
-All of them start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
+to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
+runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
+consistent LS. The others (output error, bounded LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``).
+The others start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
 filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
 """
