@@ -31,6 +31,10 @@ dynamics) and one call of the batched program. A trial stops (``"ok"``) once a p
 parameters by more than ``TOLERANCE`` of that parameter's reported std (or than round-off), and is frozen
 there; ``"max_iterations"`` after ``ITERATIONS`` passes; ``"diverged"`` when its model's closed loop does not
 stay finite. A trial's passes depend on its own log only: its numbers do not depend on its chunk.
+(Tried and not kept: halving the step from the last model that could be simulated, up to 3 times, where a
+pass's closed loop diverges: on 100 poor Panda trials 63 ``ok`` as without, 20 ``diverged`` and 17
+``max_iterations`` instead of 27 and 10. There the iteration itself does not settle: the regressor at the
+simulated states is not the simulated torque's Jacobian in directions the data barely determine.)
 """
 
 from __future__ import annotations
