@@ -11,8 +11,8 @@ program serves every count), with the setting's options (``setting_estimator``).
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
 to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
 runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
-consistent LS. The others (output error, bounded LS) run trial by trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``).
-The others start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
+consistent LS. The others (output error, bounded LS) run trial by trial as in ``run_estimators``, the
+fits spread over the host's cores (``thread_map``). All but DIDIM start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
 filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
 """
@@ -78,8 +78,8 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
 def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
-    call each, IDIM-IV by ``batched_iv``, the others trial by trial (over the host's cores), all from the
-    batched IDIM-LS."""
+    call each, IDIM-IV by ``batched_iv``, DIDIM by ``didim_chunk`` (from the batched consistent LS), the
+    others trial by trial (over the host's cores), from the batched IDIM-LS."""
     from .trial import _failure, estimate_rows, setting_estimator
 
     s = plan.setting
