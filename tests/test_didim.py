@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from test_benchmark_batched import _tiny_plan
 
+from jaxid.benchmark import didim
 from jaxid.benchmark.batched import batched_fits
 from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.didim import didim_chunk
@@ -81,3 +82,27 @@ def test_a_model_whose_closed_loop_diverges_is_a_status(plan):
     assert out[1][:3] == (None, None, "diverged")
     assert out[0][2] == alone[2] == "ok"
     np.testing.assert_array_equal(out[0][0], alone[0])
+
+
+@pytest.mark.slow
+def test_a_step_that_raises_the_criterion_is_cut(plan, monkeypatch):
+    """Each pass's fit made to overshoot fivefold (``θ + 5 (θ_fit − θ)``: as a plain iteration, a map whose
+    slope at the fixed point is −4, which oscillates away from it) still ends ``ok``, within half a std of
+    the estimate without the overshoot: full steps that raise DIDIM's criterion are not taken, cut ones
+    are. (Not to the last digit: the search stops at the first point from which no cut step lowers the
+    criterion, and another path reaches another such point: measured 0.24 std apart at most.)"""
+    run = simulate_trials(plan, np.arange(2))
+    fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
+    plain = didim_chunk(plan, run, fits, [0, 1])
+    exact = didim._pass
+
+    def overshoot(plan, thetas, *args):
+        theta, *rest = exact(plan, thetas, *args)
+        return (thetas + 5.0 * (theta - thetas), *rest)
+
+    monkeypatch.setattr(didim, "_pass", overshoot)
+    cut = didim_chunk(plan, run, fits, [0, 1])
+    for k in (0, 1):
+        assert plain[k][2] == cut[k][2] == "ok"
+        std = np.sqrt(np.diag(plain[k][1]))
+        assert np.max(np.abs(cut[k][0] - plain[k][0]) / std) < 0.5
