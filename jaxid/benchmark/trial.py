@@ -79,7 +79,8 @@ ESTIMATOR_DOC = {
     "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",
     "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
     "of the model's closed loop, simulated noise-free with the setting's controller and reference, from consistent "
-    "LS until no parameter moves by 1e-3 of its std (std: consistent LS's own on the last pass's rows)",
+    "LS; a step is taken where it lowers the closed loop's torque error, else cut to a tenth, until no parameter "
+    "would move by 1e-2 of its std (std: consistent LS's own on the last step's rows)",
 }
 
 
