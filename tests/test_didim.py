@@ -16,7 +16,7 @@ from jaxid.benchmark import didim
 from jaxid.benchmark.batched import batched_fits
 from jaxid.benchmark.chunk import run_chunk
 from jaxid.benchmark.didim import didim_chunk
-from jaxid.benchmark.trial import run_estimators, simulate_trials
+from jaxid.benchmark.trial import run_estimators, simulate_trials, validation_rmse
 
 ESTIMATORS = '["idim_ls", "idim_ls_consistent", "didim"]'
 
@@ -87,13 +87,14 @@ def test_a_model_whose_closed_loop_diverges_is_a_status(plan):
 @pytest.mark.slow
 def test_a_step_that_raises_the_criterion_is_cut(plan, monkeypatch):
     """Each pass's fit made to overshoot fivefold (``θ + 5 (θ_fit − θ)``: as a plain iteration, a map whose
-    slope at the fixed point is −4, which oscillates away from it) still ends ``ok``, within half a std of
-    the estimate without the overshoot: full steps that raise DIDIM's criterion are not taken, cut ones
-    are. (Not to the last digit: the search stops at the first point from which no cut step lowers the
-    criterion, and another path reaches another such point: measured 0.24 std apart at most.)"""
+    slope at the fixed point is −4, which oscillates away from it) still ends ``ok``, its held-out torque
+    below its start's (consistent LS) and IDIM-LS's: full steps that raise DIDIM's criterion are not taken,
+    cut ones are. Not at the same point: the search stops at the first point from which no cut step lowers
+    the criterion, and another path reaches another such point (a known weakness of a search along an
+    approximate Gauss–Newton step; measured here: held-out 0.0412 N m against 0.0382 without the overshoot,
+    up to 0.24 std apart in the parameters)."""
     run = simulate_trials(plan, np.arange(2))
     fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
-    plain = didim_chunk(plan, run, fits, [0, 1])
     exact = didim._pass
 
     def overshoot(plan, thetas, *args):
@@ -103,6 +104,7 @@ def test_a_step_that_raises_the_criterion_is_cut(plan, monkeypatch):
     monkeypatch.setattr(didim, "_pass", overshoot)
     cut = didim_chunk(plan, run, fits, [0, 1])
     for k in (0, 1):
-        assert plain[k][2] == cut[k][2] == "ok"
-        std = np.sqrt(np.diag(plain[k][1]))
-        assert np.max(np.abs(cut[k][0] - plain[k][0]) / std) < 0.5
+        assert cut[k][2] == "ok"
+        held = validation_rmse(plan, cut[k][0])
+        assert held < validation_rmse(plan, fits["consistent_theta"][k])
+        assert held < validation_rmse(plan, fits["ls_theta"][k])

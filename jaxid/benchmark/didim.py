@@ -34,7 +34,7 @@ diverges has ``J = ∞``); where it does not, ``α`` is cut by ``SHRINK`` and th
 after a step is taken ``α = 1``. A trial stops (``"ok"``) once its next move, full or cut, would change no
 parameter by more than ``TOLERANCE`` of its reported std (or than round-off): a fixed point of the
 iteration, or a point from which its step does not lower ``J`` (the step's direction no longer a descent
-direction there: the Jacobian's error). Measured on the same 20 poor trials: 20 ``ok``, held-out torque
+direction there: the Jacobian's error; another path can stop at another such point, tested). Measured on the same 20 poor trials: 20 ``ok``, held-out torque
 0.0164 N m against consistent LS's 0.019, 92 % of the 95 % intervals covering; on ``consistency_rich``
 20 ``ok``, 0.024 against 0.055; 12-19 passes (a pass: one simulation and one fit of every trial) against
 the plain iteration's 5-20. (Tried before and not kept: halving the step only where a closed loop
