@@ -38,8 +38,9 @@ which its step does not lower ``J`` (the step's direction no longer a descent di
 Jacobian's error; another path can stop at another such point, ``tests/test_didim.py``). Measured on the
 same 20 poor trials: 20 ``ok``, held-out torque 0.0164 N m against consistent LS's 0.019, 92 % of the
 95 % intervals covering; on ``consistency_rich`` 20 ``ok``, 0.024 against 0.055; 12-19 passes (a pass:
-one simulation and one fit of every trial) against the plain iteration's 5-20. (Tried before and not kept: halving the step only where a closed loop
-diverged, up to 3 times: on 100 poor trials 63 ``ok`` as without, the iteration itself not settling.)
+one simulation and one fit of every trial) against the plain iteration's 5-20. (Tried before and not
+kept: halving the step only where a closed loop diverged, up to 3 times: on 100 poor trials 63 ``ok`` as
+without, the iteration itself not settling.)
 
 Each pass is one ``simulate_closed_loop_batch`` call of all the chunk's trials' models
 (``jaxid.fit.model.BaseColumns.standard``: each ``θ`` as a standard vector, its dependent entries 0, the same
