@@ -65,6 +65,13 @@ def _band_matrix(samples: int, sample_step: float, cutoff_hz: float, rows: tuple
     return lowpass(np.eye(samples), sample_step, cutoff_hz)[list(rows)]
 
 
+def _prior(plan):
+    """The consistent fit's prior ``φ_prior`` (``consistent_least_squares``): the model's own, else its
+    arm's values."""
+    cmap = plan.model.consistent
+    return jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
+
+
 def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False):
     """The chunk's compiled program, one per plan and estimator set (kept on the plan)."""
     cache = plan.__dict__.setdefault("_batched_programs", {})
@@ -236,11 +243,9 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     s = plan.setting
     samples = qf.shape[1]
     band = _band_matrix(samples, s["sample_step"], s["cutoff_hz"], tuple(int(r) for r in rows))
-    model = plan.model
     consistent = "idim_ls_consistent" in estimators
     program = _program(plan, consistent, "rls" in estimators, ndev, "idim_iv" in estimators)
-    cmap = model.consistent
-    prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
+    prior = _prior(plan)
     states = (jnp.asarray(np.ascontiguousarray(np.swapaxes(pad(x), 1, 2))) for x in (qf, qd, qdd))  # (trials, n, N)
     band_t = jnp.asarray(np.ascontiguousarray(band.T))
     out = program(band_t, *states, jnp.asarray(pad(y)), prior, jnp.asarray(True))

@@ -12,8 +12,8 @@ program serves every count), with the setting's options (``setting_estimator``).
 to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
 runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
 consistent LS. The others (output error, bounded LS) run trial by trial as in ``run_estimators``, the
-fits spread over the host's cores (``thread_map``). All but DIDIM start from the batched IDIM-LS estimate on a ``FilteredLog`` built from the batched
-filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
+fits spread over the host's cores (``thread_map``). All but DIDIM start from the batched IDIM-LS estimate
+on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
 """
 

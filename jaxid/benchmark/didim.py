@@ -60,11 +60,12 @@ import numpy as np
 
 from ..simulation.closed_loop_batch import simulate_closed_loop_batch
 from ..types import Status
-from .batched import _band_matrix, _program
+from .batched import _band_matrix, _prior, _program
 
 __all__ = ["ITERATIONS", "SHRINK", "TOLERANCE", "didim_chunk"]
 
-#: Passes at most after the start's (each a closed-loop simulation of every trial's model and a least-squares fit).
+#: Passes at most after the start's (each a closed-loop simulation of every trial's model and a
+#: least-squares fit).
 ITERATIONS = 30
 #: A trial stops once its next move would change none of its parameters by more than this many of its
 #: reported stds (or by more than ``ROUND_OFF`` of its largest parameter: noise-free data, whose stds vanish).
@@ -92,7 +93,7 @@ def _accelerations(nominal, standards, q, qd, tau):
     return jax.vmap(one)(standards, q, qd, tau)
 
 
-def _pass(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, ndev: int):
+def _pass(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, prior, ndev: int):
     """One DIDIM pass for a padded chunk: the fit at each model's simulated closed loop ``(θ (width, p),
     cov (width, p, p))``, whether the model's loop and fit are finite ``(width,)``, the model's own filtered
     torque ``F τ_s`` ``(width, rows, n)`` (the controller's output in its closed loop) and the fit's first-stage
@@ -113,10 +114,7 @@ def _pass(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, nde
     finite = np.asarray(record.status) == Status.SUCCESS
     finite &= np.asarray(jnp.all(jnp.isfinite(qdd), axis=(1, 2)))
     states = [jnp.where(jnp.asarray(finite)[:, None, None], x, 0.0) for x in states]
-    program = _program(plan, True, False, ndev)
-    cmap = plan.model.consistent
-    prior = jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
-    out = program(band_t, *states, jnp.asarray(y), prior, jnp.asarray(True))
+    out = _program(plan, True, False, ndev)(band_t, *states, jnp.asarray(y), prior, jnp.asarray(True))
     theta, cov = np.asarray(out["consistent_theta"]), np.asarray(out["consistent_cov"])
     finite &= np.all(np.isfinite(theta), axis=1) & np.all(np.isfinite(cov), axis=(1, 2))
     simulated = np.einsum("rs,tsn->trn", band, np.asarray(record.tau_command))
@@ -163,12 +161,13 @@ def didim_chunk(plan, run: dict, fits: dict, members: list[int]) -> dict:
     band_t = jnp.asarray(np.ascontiguousarray(band.T))
     tau = np.asarray(run["tau"], dtype=float)[pad]  # (width, N, n)
     y = np.einsum("rs,tsn->trn", band, tau)
+    prior = _prior(plan)
     theta, cov = _start(fits)
     theta, cov = theta[pad].copy(), cov[pad].copy()
     status = np.full(width, "max_iterations", dtype=object)
     # The start's own pass: its cost, the weights that cost keeps (1 / its first-stage residual std per
     # joint, fixed for the trial) and the first step's target.
-    target, target_cov, finite, simulated, sigma = _pass(plan, theta, y, band, band_t, ndev)
+    target, target_cov, finite, simulated, sigma = _pass(plan, theta, y, band, band_t, prior, ndev)
     target, target_cov = target.copy(), target_cov.copy()
     status[~finite] = "diverged"
     active = finite.copy()
@@ -188,7 +187,7 @@ def didim_chunk(plan, run: dict, fits: dict, members: list[int]) -> dict:
         if not active.any():
             break
         candidate = np.where(active[:, None], theta + move, theta)
-        new, new_cov, finite, simulated, _ = _pass(plan, candidate, y, band, band_t, ndev)
+        new, new_cov, finite, simulated, _ = _pass(plan, candidate, y, band, band_t, prior, ndev)
         new_cost = _cost(y, simulated, weight, finite)
         # A step is taken only where it lowers the cost (a closed loop that diverges does not); elsewhere
         # the trial tries SHRINK of it from where it is.
