@@ -21,6 +21,7 @@ def states():
     return arm, q, qd, qdd
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_entries_are_the_batched_regressor_s(states):
     arm, q, qd, qdd = states
     n = arm.dof
@@ -34,6 +35,7 @@ def test_entries_are_the_batched_regressor_s(states):
         rnea_regressor_entries(_joints(arm), q.T, gravity, qd.T, qdd.T, np.ones((n, 10 * n), dtype=bool))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_program_entries_are_the_standard_regressor_s(states):
     """``_entries_regressor``'s distinct rows, mapped back by ``sign * rows[index]``, are the standard
     regressor's entries (round-off: another association of the same sums), with and without the

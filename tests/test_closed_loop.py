@@ -141,6 +141,7 @@ def test_random_fourier_trajectory_respects_the_limits(robot, two_link, panda):
 # -- controllers: exact answers ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_computed_torque_with_the_true_arm_tracks_exactly(panda, panda_reference, panda_run):
     controller = ComputedTorque.tuned(panda)
     np.testing.assert_allclose(controller.kp, (2 * np.pi * 10) ** 2)
@@ -275,6 +276,7 @@ def _trial(tree, i):
     return jax.tree.map(lambda x: x[i], tree)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_batch_equals_single_calls_and_a_divergence_is_a_status(two_link_setup, two_link_vmapped):
     reference, controller, noise, arms, keys = two_link_setup
     batched = two_link_vmapped(arms, reference, controller, noise, keys)

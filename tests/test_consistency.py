@@ -285,6 +285,7 @@ def test_consistency_helps_on_the_short_data_set(regression, fits):
     assert base_error(consistent) <= base_error(unconstrained)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_jit_and_the_optimistix_solver(ur5, regression, fits):
     w, y, _ = regression["sets"]["short"]
     est, _ = fits["short"]

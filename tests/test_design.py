@@ -11,6 +11,9 @@ from jaxid.estimate import ml
 from jaxid.excitation.multisine_criteria import NONLINEAR
 from jaxid.excitation.multisine_design import design_scale
 
+# Every test here uses the module's design sweep (11 s warm): the quick tier leaves the file out (README, Development).
+pytestmark = pytest.mark.slow
+
 PAPER_STD = 0.1 / math.sqrt(12)
 SCALES = (0.1, 0.3, 1.0, 2.0)
 

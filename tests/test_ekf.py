@@ -226,6 +226,7 @@ def _lab_regressor():
     return arm, base, regressor
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_kalman_filter_batch_equals_each_trial_alone(tmp_path):
     # Two trials (the simulated lab log with two noise draws) in one call of the batched filter: each
     # equals kalman_filter_fit on its own log, and a trial whose filter diverges (a NaN start) is a

@@ -50,6 +50,7 @@ def setting_extras(tmp_path_factory):
     return exp, plan, record, written
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_bounds_equal_the_library_calls(setting_extras):
     _, plan, _, written = setting_extras
     s = plan.setting

@@ -98,6 +98,7 @@ def fast(setting):
     return jaxid.simulate_batch(arms, excitation, sample_step=STEP, discard_periods=np.array([1, 2, 1]))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_fast_path_is_within_1e_7_rad_of_the_tight_reference(setting, fast):
     arms, excitation = setting
     ref = jaxid.simulate_batch(

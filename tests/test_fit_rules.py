@@ -198,6 +198,7 @@ def _tone_copy(log, joint, hz=18.4, amplitude=0.5, seed=0):
     return eqx.tree_at(lambda g: g.tau, log, jnp.asarray(tau))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_an_undriven_joint_with_a_drive_tone_changes_nothing():
     raw = {
         "fit": {"name": "tone"},

@@ -67,6 +67,7 @@ def _generic(arm, **kw):
     return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_same_estimate_as_the_generic_optimiser(setup, fast):
     """Against optimistix run to the optimum (rtol 1e-14): the closed-form route stops within 1e-10
     relative of it (its tolerance), on 64 trials per level from well inside the bound to 0.1 rad

@@ -71,6 +71,7 @@ def _generalised_friction(arm, qd):
     return fv * qd + fc * (2 / np.pi) * np.arctan(slope * qd)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_extended_dynamics_match_lagrangian(seed):
     rng = np.random.default_rng(seed)

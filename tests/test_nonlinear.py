@@ -36,6 +36,7 @@ def test_shooting_orbit_equals_simulated_steady_state(arm, records, lines):
     np.testing.assert_allclose(orbit.q, records[lines].q, atol=1e-9)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_one_pass_sensitivities_equal_implicit_differentiation(arm):
     # nonlinear_fisher (one tangent pass, reduced to the periodic orbit) against jax.jacfwd of the
     # Newton shooting solve (implicit function theorem), through the generic crlb.fisher_information.
@@ -55,6 +56,7 @@ def test_one_pass_sensitivities_equal_implicit_differentiation(arm):
     np.testing.assert_allclose(f_pass, f_implicit, rtol=1e-7)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_noise_free_returns_truth_on_shared_lines(arm, records, wrong_nominal):
     """Table 2 amplitudes, scale 1, the same lines on both joints: link 2 far from linear; default
     start (ML / inverse dynamics). Split lines: ``test_nonlinear_fast.py``, whose batch holds the

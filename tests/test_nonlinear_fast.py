@@ -122,6 +122,7 @@ def test_hermite_interpolation_is_exact_for_cubics():
     np.testing.assert_allclose(out, np.stack([np.polyval(c, fine) for c in coeffs], -1), rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_noise_free_returns_truth(arm, fits):
     """Table 2 amplitudes, split lines: link 2 far from linear. Shared lines: ``test_nonlinear.py``."""
     est = fits["coarse"]
@@ -129,12 +130,14 @@ def test_noise_free_returns_truth(arm, fits):
     np.testing.assert_allclose(est.value[0], arm.parameter_vector(UNKNOWNS), rtol=1e-9)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_covariance_is_the_forward_mode_bound(fits, bound):
     # At the noise-free estimate the covariance is σ² (JᵀJ)⁻¹ with the route's coarse
     # finite-difference Jacobian; the bound uses forward-mode tangents at full resolution.
     np.testing.assert_allclose(fits["coarse"].covariance[0], bound, rtol=1e-4)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_noisy_records_reach_the_default_routes_optimum(fits, bound):
     coarse, shooting = fits["coarse"], fits["shooting"]
     assert np.all(np.asarray(coarse.status[:4]) == CONVERGED)
@@ -166,10 +169,12 @@ def test_noisy_std_within_20_percent_of_crlb(arm, split, noisy, nominal, fits, b
     np.testing.assert_array_equal(np.asarray(est.status[:3]), np.asarray(fits["coarse"].status[1:4]))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_failed_record_has_a_status(fits):
     assert int(fits["coarse"].status[4]) != CONVERGED
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_start_over_the_top_is_replaced_by_the_segment_fit(arm, large, batch, nominal, fits):
     # At ×1.5 with the paper's noise the start (ml's estimate: linearisation bias, m2 ~12 % low)
     # puts link 2 over the top once a period: from the true orbit's state, its orbit slips 2π a
@@ -190,6 +195,7 @@ def test_start_over_the_top_is_replaced_by_the_segment_fit(arm, large, batch, no
     assert np.all(diff <= 2e-2 * std), diff / std
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_coarse_step_is_checked_and_divides_the_period(arm, split, batch):
     assert _coarsening(0.04, 0.01, 10_000) == 4
     assert _coarsening(0.04, 0.05, 2_000) == 1

@@ -204,6 +204,7 @@ def iv_batch(short):
     return _idim_ls_and_iv(short, noisy)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_idim_iv_noise_free_and_nan(short):
     # The noise-free record (with the offset the estimator subtracts) is estimated exactly; one with
     # a NaN sample gets a failed status (one compiled IDIM-IV for both).

@@ -143,6 +143,7 @@ def test_linear_crlb_numpy_uses_the_arm_jaxid_linearises():
     np.testing.assert_allclose(np.asarray(lin.damping), np.diag([5.0, 2.0]), rtol=1e-14)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_summary_against_the_trial_rows_and_an_independent_bound(reference):
     """Every summary row against statistics counted from the per-trial table with plain Python,
     and √CRLB against the hand-written Fisher information of the linearised arm."""
@@ -250,6 +251,7 @@ def _drawn(run_dir):
     return figures
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_figures_show_the_summary(reference):
     """Each figure's axes and plotted data, read back from the matplotlib objects."""
     assert sorted(p.name for p in (reference / "figures").glob("*.png")) == ["estimators.png", "rmse_vs_scale.png"]
@@ -309,11 +311,13 @@ def test_figures_show_the_summary(reference):
     assert axes[-1].get_legend() is not None
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_chunk_size_does_not_change_results(reference, tmp_path):
     run_experiment(tiny(chunk=5), tmp_path / "run", progress=False, figures=False)
     assert_same_trials(trials_table(reference), trials_table(tmp_path / "run"), CHUNK_WIDTH)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_added_trials_and_settings_leave_existing_rows_unchanged(reference, tmp_path):
     """A trial's row is a function of (seed, setting, trial) and its own parameters only."""
     # (chunks of 3 and the reference's line layout: the compiled estimators are the reference's)
@@ -421,6 +425,7 @@ def test_sigkilled_run_resumes_to_identical_table(reference, tmp_path, monkeypat
     assert_same_trials(trials_table(reference), trials_table(out))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_existing_runs_are_protected(reference, tmp_path):
     with pytest.raises(RunExists, match="--overwrite"):
         run_experiment(tiny(), reference, progress=False)
@@ -432,6 +437,7 @@ def test_existing_runs_are_protected(reference, tmp_path):
         run_experiment(other, out, progress=False)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_report_rebuilds_from_tables(reference, capsys):
     """`jaxid report` rebuilds the summary tables and figures the run wrote, identically."""
     original = pd.read_csv(reference / "summary.csv")

@@ -92,6 +92,7 @@ def test_bound_matches_monte_carlo_least_squares(setup):
     np.testing.assert_allclose(np.diag(empirical), np.diag(bound), rtol=5 * np.sqrt(2 / trials))
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_gradients_match_finite_differences(setup):
     arm, base, traj = setup
     d = parameter_magnitudes(base, arm.standard_parameters())

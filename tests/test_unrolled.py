@@ -124,6 +124,7 @@ def panda_setup():
     return arm, reference, joint_limits(arm)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 @pytest.mark.parametrize("control", ["hold", "stage"])
 def test_closed_loop_fast_path_equals_the_generic_path(panda_setup, control):
     arm, reference, limits = panda_setup
@@ -181,6 +182,7 @@ class _Generic:
         return self.regressor.torque(theta, q, qd, qdd)
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_log_simulations_take_the_unrolled_path_and_equal_the_generic_one():
     """``stepping.simulate_segments`` of a base-parameter model (``BaseColumns`` of the UR5 with armature,
     friction, offsets and a tilted gravity): the unrolled path (``unrolled.split_standard`` of the standard

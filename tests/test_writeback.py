@@ -78,6 +78,7 @@ def exported(ur5, tmp_path_factory):
     return folder, paths, projected, skipped, bad
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_the_files_of_a_realisable_estimate_give_its_torque(ur5, states, exported):
     folder, paths, projected, skipped, _ = exported
     assert sorted(p.name for p in paths) == ["bad.urdf", "bad.xml", "truth.urdf", "truth.xml"] and not skipped
@@ -94,6 +95,7 @@ def test_the_files_of_a_realisable_estimate_give_its_torque(ur5, states, exporte
     assert "<mesh" in text  # the source URDF's visuals are kept
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_a_urdf_written_from_the_arm_alone_and_the_rule(ur5, states, tmp_path):
     nominal, base, beta = ur5
     chosen = choose_standard_parameters(nominal, base, beta)
@@ -109,6 +111,7 @@ def test_a_urdf_written_from_the_arm_alone_and_the_rule(ur5, states, tmp_path):
     assert _relative(arm, _model_torque(ur5, beta, states), states) < TOLERANCE
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_mujoco_inverse_dynamics_of_the_written_mjcf(ur5, states, exported):
     """MuJoCo's ``mj_inverse`` of the MJCF (Coulomb friction, a constraint there, switched off) equals
     the estimate's torque less its Coulomb friction and offsets."""
@@ -130,6 +133,7 @@ def test_mujoco_inverse_dynamics_of_the_written_mjcf(ur5, states, exported):
     assert worst / np.abs(expected).max() < TOLERANCE, worst
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 def test_an_inconsistent_estimate_is_written_as_its_consistent_projection(ur5, states, exported):
     folder, _, projected, _, bad = exported
     assert "consistent projection" in projected["bad"] and "relative RMS" in projected["bad"]
