@@ -15,7 +15,7 @@ from test_benchmark import write_config
 from jaxid.benchmark import load_benchmark
 from jaxid.benchmark.batched import _log, _start, batched_fits
 from jaxid.benchmark.chunk import run_chunk
-from jaxid.benchmark.trial import estimate_rows, make_plan, run_estimators, simulate_trials
+from jaxid.benchmark.trial import estimate_rows, make_plan, run_estimators, setting_estimator, simulate_trials
 from jaxid.estimate import make_estimator
 from jaxid.estimate.logs.ls_kernel import _ls_kernel_jit as ls_kernel
 
@@ -157,6 +157,36 @@ def test_ls_kernel_against_numpy():
     assert int(ls_kernel(singular, y, True, True).first_rank) == p
 
 
+def test_bounded_solve_equals_scipy_s_bvls():
+    """``bounded_solve`` against scipy's ``lsq_linear(method="bvls")`` on 30 random problems (bounds below, above,
+    on both sides and none; columns of different scales): the same solution to 1e-12 of its norm, within its bounds,
+    converged; without bounds it is the least-squares solution."""
+    from scipy.optimize import lsq_linear
+
+    from jaxid.estimate.logs.ls_kernel import bounded_solve
+
+    solve = jax.jit(bounded_solve)
+    rng = np.random.default_rng(1)
+    active = 0
+    for k in range(30):
+        a = rng.standard_normal((80, 9)) * rng.uniform(0.01, 10.0, 9)
+        b = a @ rng.standard_normal(9) + rng.standard_normal(80)
+        lower = np.where(rng.random(9) < 0.5, rng.uniform(-0.5, 0.5, 9), -np.inf)
+        upper = np.where(rng.random(9) < 0.3, np.where(np.isfinite(lower), lower, 0.0) + 0.5, np.inf)
+        if k == 0:
+            lower, upper = np.full(9, -np.inf), np.full(9, np.inf)
+        reference = lsq_linear(a, b, bounds=(lower, upper), method="bvls", tol=1e-14).x
+        x, passes, converged = solve(a, b, lower, upper)
+        x = np.asarray(x)
+        assert bool(converged) and int(passes) <= 3 * 9
+        assert np.max(np.abs(x - reference)) < 1e-12 * np.linalg.norm(reference), k
+        assert np.all(x >= lower) and np.all(x <= upper)
+        active += int(np.sum((x == lower) | (x == upper)))
+        if k == 0:
+            np.testing.assert_allclose(x, np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-10)
+    assert active > 10  # the bounds bind: the test is not the unbounded problem's
+
+
 def test_ls_kernel_newey_west_against_its_definition():
     """``lags = L``: the sandwich ``(AᵀA)⁻¹ M (AᵀA)⁻¹ · N/(N − p)`` on the weighted rows, with ``M`` written
     as the double sum ``Σ_{|t−s| ≤ L} (1 − |t−s|/(L+1)) g_t g_sᵀ`` over row times (``g_t``: the scores
@@ -246,13 +276,13 @@ def test_a_diverged_trial_in_a_chunk_is_a_status(plan):
 
 @pytest.fixture(scope="module")
 def single_plan(tmp_path_factory):
-    """The tiny benchmark with the estimators ``run_chunk`` runs trial by trial: sign-bounded LS on every
-    trial, output error on trial 0 only."""
+    """The tiny benchmark with the estimators ``run_chunk`` runs trial by trial: sign-bounded LS with an option
+    of its own (so not in the batched program) on every trial, output error on trial 0 only."""
     return _tiny_plan(
         tmp_path_factory,
         "single",
         estimators='["idim_ls", "idim_ls_bounded", "output_error"]',
-        extra="estimator_trials = {output_error = 1}",
+        extra='estimator_trials = {output_error = 1}\nestimator_options = {idim_ls_bounded = {weighting = "joint"}}',
     )
 
 
@@ -268,7 +298,7 @@ def test_trial_by_trial_fits_over_the_cores_equal_one_after_another(single_plan)
     for k, names in ((0, ("idim_ls_bounded", "output_error")), (1, ("idim_ls_bounded",))):
         assert set(rows[rows.trial == k].estimator) == {"idim_ls", *names}
         for e in names:
-            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            est = setting_estimator(plan, e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
             got = rows[(rows.trial == k) & (rows.estimator == e)]
             assert (got.status == est.status).all()
             np.testing.assert_array_equal(got.estimate.to_numpy(), est.value, err_msg=f"{e} trial {k}")
@@ -281,3 +311,49 @@ def test_trial_by_trial_fits_over_the_cores_equal_one_after_another(single_plan)
     ratio = cpu / seconds.loc[cpu.index]
     assert ratio.loc[("output_error", 0)] == pytest.approx(ratio.loc[("idim_ls_bounded", 1)])
     assert ratio.loc[("output_error", 0)] > 0.2  # about 1 on idle cores, 0.5 with another process on them
+
+
+@pytest.fixture(scope="module")
+def bounded_plan(tmp_path_factory):
+    """The tiny benchmark with sign-bounded LS, which runs in the batched program (no options of its own)."""
+    return _tiny_plan(tmp_path_factory, "bounded", trials=4, estimators='["idim_ls", "idim_ls_bounded"]')
+
+
+@pytest.mark.slow
+def test_batched_bounded_ls_equals_scipy_s_bvls_trial_by_trial(bounded_plan):
+    """Sign-bounded LS in the batched program (``bounded_solve``) against ``idim_ls(bounds=…)`` (scipy's
+    ``bvls``) on each trial's own log: estimates to 1e-10 of their norm, stds to 1e-8, ``ok``. The tiny arm
+    has no friction, so its friction estimates straddle 0 and the bounds are active on some trials (checked:
+    the test would pass vacuously otherwise), where the unbounded IDIM-LS is negative. A trial's numbers do
+    not depend on its chunk."""
+    plan = bounded_plan
+    lower = np.asarray(plan.model.sign_bounds()[0])
+    assert (lower == 0).sum() >= 4  # the friction and armature columns of the two joints
+    active = 0
+    for trials in ([0, 1], [2, 3]):  # chunks of the plan's width
+        run = simulate_trials(plan, np.asarray(trials))
+        rows = pd.DataFrame(run_chunk(plan, run, trials))
+        fits = batched_fits(plan, run, ("idim_ls",))
+        active += _bounded_against_scipy(plan, run, rows, fits, lower)
+    assert active > 0
+    # Trial 3 alone (padded to the width) gives the bits it gave in the chunk [2, 3].
+    alone = batched_fits(plan, simulate_trials(plan, np.asarray([3])), ("idim_ls", "idim_ls_bounded"))
+    in_chunk = batched_fits(plan, run, ("idim_ls", "idim_ls_bounded"))
+    for key in ("bounded_theta", "bounded_cov"):
+        np.testing.assert_array_equal(alone[key][0], in_chunk[key][1], err_msg=key)
+
+
+def _bounded_against_scipy(plan, run, rows, fits, lower) -> int:
+    active = 0
+    for k in range(len(fits["ls_theta"])):
+        est = make_estimator("idim_ls_bounded")([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+        got = rows[(rows.trial == rows.trial.unique()[k]) & (rows.estimator == "idim_ls_bounded")]
+        assert (got.status == "ok").all()
+        value = got.estimate.to_numpy()
+        assert np.max(np.abs(value - est.value)) < 1e-10 * np.linalg.norm(est.value)
+        np.testing.assert_allclose(got["std"].to_numpy(), np.sqrt(np.diag(est.covariance)), rtol=1e-8)
+        assert np.all(value[lower == 0] >= 0)
+        at_bound = (lower == 0) & (est.value == 0)
+        assert np.all(fits["ls_theta"][k][at_bound] < 0)
+        active += int(at_bound.sum())
+    return active

@@ -1,6 +1,6 @@
 """The benchmark's least-squares family over a chunk of trials as one compiled program.
 
-``batched_fits`` does for the estimators batched here (``BATCHED``: IDIM-LS, RLS, consistent LS) what
+``batched_fits`` does for the estimators batched here (``BATCHED``: IDIM-LS, RLS, consistent LS, sign-bounded LS) what
 ``run_estimators`` does trial by trial, in one program (``jaxid.benchmark.chunk.run_chunk`` calls it per
 chunk and runs the other estimators from its IDIM-LS):
 
@@ -17,7 +17,8 @@ chunk and runs the other estimators from its IDIM-LS):
    the ``p × p`` factor, as LAPACK's ``gelsd`` does, instead of an SVD of the rows), RLS over its weighted rows
    (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
-   ``idim_ls_consistent``'s covariance mapping).
+   ``idim_ls_consistent``'s covariance mapping), sign-bounded LS by ``bounded_solve`` (Lawson–Hanson's active
+   set, as ``idim_ls(bounds=…)``'s scipy ``bvls``) on IDIM-LS's weighted rows, its covariance ``_ls_result``'s.
 
 Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
 depend on the chunk it ran in. ``_start`` and ``_log`` give a trial's IDIM-LS ``Identification`` and its
@@ -38,15 +39,24 @@ from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
-from ..estimate.logs.ls_kernel import _jnp_unit_columns, ls_kernel
+from ..estimate.logs.ls_kernel import _jnp_unit_columns, bounded_solve, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from .entries import entries_function
 
-__all__ = ["BATCHED", "batched_fits"]
+__all__ = ["BATCHED", "batched_estimators", "batched_fits"]
 
 #: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
-BATCHED = ("idim_ls", "rls", "idim_ls_consistent")
+BATCHED = ("idim_ls", "rls", "idim_ls_consistent", "idim_ls_bounded")
+
+
+def batched_estimators(setting) -> list[str]:
+    """The setting's estimators that run in the batched program: ``BATCHED``'s, but sign-bounded LS only with its
+    default options (with ``estimator_options`` for it, e.g. ``weighting = "none"``, it runs trial by trial)."""
+    options = setting["estimator_options"]
+    return [e for e in setting["estimators"] if e in BATCHED and not (e == "idim_ls_bounded" and options.get(e))]
+
+
 #: RLS on logs: ``P₀ = 1e8 𝟙`` in scaled units, forgetting 1 (``jaxid.estimate.logs.idim_rls``'s defaults).
 RLS_INITIAL_COVARIANCE = 1e8
 
@@ -72,10 +82,10 @@ def _prior(plan):
     return jnp.asarray(cmap.arm.standard_parameters() if cmap.prior is None else cmap.prior)
 
 
-def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False):
+def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False, bounded: bool = False):
     """The chunk's compiled program, one per plan and estimator set (kept on the plan)."""
     cache = plan.__dict__.setdefault("_batched_programs", {})
-    key = (consistent, rls, ndev, rows)
+    key = (consistent, rls, ndev, rows, bounded)
     if key not in cache:
         model = plan.model
         cmap = model.consistent
@@ -85,7 +95,8 @@ def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False):
         stride = default_decimation(st["sample_step"], st["cutoff_hz"])
         # ``consistent_estimate``'s default: one cut-off period of the decimated rows (their residuals correlate).
         lags = correlation_lags(st["sample_step"], st["cutoff_hz"], stride)
-        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, lags, *key)
+        lower = np.asarray(model.sign_bounds()[0]) if bounded else None
+        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, lags, *key[:4], lower)
     return cache[key]
 
 
@@ -122,7 +133,9 @@ def _gather(flat, index, sign, count: int, positions: np.ndarray, size: int):
     return np.where(e >= 0, index[e], count), np.where(e >= 0, sign[e], 0.0)
 
 
-def _make_program(arm, columns, keep, consistent_arm, to_model, lags: int, consistent, rls, ndev: int, rows: bool):
+def _make_program(
+    arm, columns, keep, consistent_arm, to_model, lags: int, consistent, rls, ndev: int, rows: bool, lower
+):
     """The base regressor's columns are standard ones (``BaseColumns``: ``Y_B = Y[..., columns]``) and the
     consistent fit's regressor is the standard one with the ``keep`` mask (``StandardColumns``): one
     standard regressor per sample serves both, low-passed once. Only its entries that the fits use,
@@ -175,6 +188,17 @@ def _make_program(arm, columns, keep, consistent_arm, to_model, lags: int, consi
             variance = jnp.sum(resid**2) / max(resid.size - p, 1)
             out["rls_theta"] = theta / scale
             out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
+        if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), ``_ls_result``
+            ws = (w / fit.sigma[None, :, None]).reshape(-1, p)
+            scale = _jnp_unit_columns(ws)
+            x, _, converged = bounded_solve(ws / scale, (y / fit.sigma).reshape(-1), lower * scale, jnp.inf)
+            theta = x / scale
+            resid = (y - jnp.einsum("njp,p->nj", w, theta)) / fit.sigma
+            variance = jnp.sum(resid**2) / max(resid.size - p, 1)
+            a = ws / scale
+            out["bounded_theta"] = theta
+            out["bounded_cov"] = variance * jnp.linalg.inv(a.T @ a) / jnp.outer(scale, scale)
+            out["bounded_converged"] = converged
         if consistent:
             full = (rows_f[all_rows] * all_signs[:, None]).T.reshape(-1, n, s)
             ws = full * keep / sigma[None, :, None]
@@ -244,7 +268,9 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     samples = qf.shape[1]
     band = _band_matrix(samples, s["sample_step"], s["cutoff_hz"], tuple(int(r) for r in rows))
     consistent = "idim_ls_consistent" in estimators
-    program = _program(plan, consistent, "rls" in estimators, ndev, "idim_iv" in estimators)
+    program = _program(
+        plan, consistent, "rls" in estimators, ndev, "idim_iv" in estimators, "idim_ls_bounded" in estimators
+    )
     prior = _prior(plan)
     states = (jnp.asarray(np.ascontiguousarray(np.swapaxes(pad(x), 1, 2))) for x in (qf, qd, qdd))  # (trials, n, N)
     band_t = jnp.asarray(np.ascontiguousarray(band.T))

@@ -1,7 +1,7 @@
 """A chunk of benchmark trials through every estimator of its setting: ``run_chunk``, what the runner
 (``jaxid.benchmark.runner``) calls per chunk of simulated trials.
 
-The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS) runs as one compiled program
+The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS, sign-bounded LS) runs as one compiled program
 (``jaxid.benchmark.batched.batched_fits``). The Kalman filters (``FILTERS``: EKF, UKF) run over the
 chunk's trials that are to run them as one ``kalman_filter_batch`` call each (a ``vmap`` of the filter
 over blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep
@@ -11,7 +11,7 @@ program serves every count), with the setting's options (``setting_estimator``).
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
 to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
 runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
-consistent LS. The others (output error, bounded LS) run trial by trial as in ``run_estimators``, the
+consistent LS. The others (output error; sign-bounded LS with options of its own) run trial by trial as in ``run_estimators``, the
 fits spread over the host's cores (``thread_map``). All but DIDIM start from the batched IDIM-LS estimate
 on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
@@ -26,7 +26,7 @@ import numpy as np
 from .._platform import thread_map
 from ..estimate.kalman.logs import kalman_filter_batch
 from ..types import Status
-from .batched import BATCHED, _log, _start, batched_fits
+from .batched import _log, _start, batched_estimators, batched_fits
 from .batched_iv import batched_iv
 from .didim import didim_chunk
 
@@ -87,7 +87,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     trials = [int(t) for t in trials]
     count = len(trials)
     ok = np.asarray(run["status"]) == Status.SUCCESS
-    batched = [e for e in s["estimators"] if e in BATCHED]
+    batched = batched_estimators(s)
     iv = [e for e in s["estimators"] if e == "idim_iv"]
     t0, c0 = time.perf_counter(), time.process_time()
     error = None
@@ -117,7 +117,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         (k, e)
         for k in started
         for e in s["estimators"]
-        if trials[k] < limits.get(e, s.trials) and e not in BATCHED and k not in filtered.get(e, {})
+        if trials[k] < limits.get(e, s.trials) and e not in batched and k not in filtered.get(e, {})
     ]
 
     def fit(job):
@@ -157,6 +157,9 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
                         code, "failed"
                     )
                     out[e] = (fits["consistent_theta"][k], fits["consistent_cov"][k], label, *per_trial)
+                elif e == "idim_ls_bounded" and e in batched:
+                    label = "ok" if fits["bounded_converged"][k] else "max_iterations"
+                    out[e] = (fits["bounded_theta"][k], fits["bounded_cov"][k], label, *per_trial)
                 elif k in filtered.get(e, {}):
                     out[e] = filtered[e][k]
                 else:
