@@ -76,6 +76,11 @@ def test_idim_ls_on_logs_is_the_kernel_with_its_options(problem):
     _equal(IdimLSBounded()(logs, model), bounded)
     lower = np.asarray(model.sign_bounds()[0])
     assert np.all(bounded.value[lower == 0] >= 0) and bounded.method == "idim_ls_bounded"
+    # Bounds that do not bind: IDIM-LS itself, its estimate and its (Newey-West) covariance.
+    p = len(names)
+    loose = idim_ls(logs, reg, names, bounds=([-1e9] * p, [1e9] * p))
+    np.testing.assert_allclose(loose.value, ls.value, rtol=1e-9, atol=1e-12 * np.abs(ls.value).max())
+    np.testing.assert_allclose(loose.covariance, ls.covariance, rtol=1e-7, atol=1e-10 * np.abs(ls.covariance).max())
 
 
 def test_rls_on_logs_ends_at_the_weighted_least_squares(problem):

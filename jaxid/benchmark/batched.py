@@ -18,7 +18,8 @@ chunk and runs the other estimators from its IDIM-LS):
    (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
    ``idim_ls_consistent``'s covariance mapping), sign-bounded LS by ``bounded_solve`` (Lawson–Hanson's active
-   set, as ``idim_ls(bounds=…)``'s scipy ``bvls``) on IDIM-LS's weighted rows, its covariance ``_ls_result``'s.
+   set, as ``idim_ls(bounds=…)``'s scipy ``bvls``) on IDIM-LS's weighted rows, with IDIM-LS's covariance formula
+   (``ls_covariance``: the Newey-West sandwich) at the bounded solution.
 
 Every chunk is padded to the same width (copies of its last trial), so a trial's numbers do not
 depend on the chunk it ran in. ``_start`` and ``_log`` give a trial's IDIM-LS ``Identification`` and its
@@ -39,7 +40,7 @@ from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
-from ..estimate.logs.ls_kernel import _jnp_unit_columns, bounded_solve, ls_kernel
+from ..estimate.logs.ls_kernel import _jnp_unit_columns, bounded_solve, ls_covariance, ls_kernel
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
 from .entries import entries_function
@@ -188,16 +189,15 @@ def _make_program(
             variance = jnp.sum(resid**2) / max(resid.size - p, 1)
             out["rls_theta"] = theta / scale
             out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
-        if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), ``_ls_result``
+        if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), its covariance``
             ws = (w / fit.sigma[None, :, None]).reshape(-1, p)
             scale = _jnp_unit_columns(ws)
             x, _, converged = bounded_solve(ws / scale, (y / fit.sigma).reshape(-1), lower * scale, jnp.inf)
             theta = x / scale
-            resid = (y - jnp.einsum("njp,p->nj", w, theta)) / fit.sigma
-            variance = jnp.sum(resid**2) / max(resid.size - p, 1)
+            resid = ((y - jnp.einsum("njp,p->nj", w, theta)) / fit.sigma).reshape(-1)
             a = ws / scale
             out["bounded_theta"] = theta
-            out["bounded_cov"] = variance * jnp.linalg.inv(a.T @ a) / jnp.outer(scale, scale)
+            out["bounded_cov"] = ls_covariance(jnp.linalg.inv(a.T @ a), a, resid, n, lags) / jnp.outer(scale, scale)
             out["bounded_converged"] = converged
         if consistent:
             full = (rows_f[all_rows] * all_signs[:, None]).T.reshape(-1, n, s)

@@ -67,8 +67,8 @@ ESTIMATOR_DOC = {
     "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
     "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS "
     "(std: the IV Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ over one cut-off period of rows)",
-    "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: σ̂² (AᵀA)⁻¹ of "
-    "its weighted rows at the bounded solution, white residuals: not IDIM-LS's Newey-West sandwich)",
+    "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
+    "Newey-West sandwich at the bounded solution)",
     "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
     "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: its own, least "
     "squares on the active constraint face with the same Newey-West sandwich",

@@ -11,8 +11,8 @@ signals carry no information above the cut-off, so closer rows only correlate th
 
 - **IDIM-LS**: ordinary least squares, then each joint's rows are divided by that joint's residual
   standard deviation and the problem solved again (weighted LS, Gautier's rule).
-  ``bounds`` switches to a bounded least squares (``scipy.optimize.lsq_linear``) for the
-  physically sign-constrained parameters.
+  ``bounds`` switches to a bounded least squares (``scipy.optimize.lsq_linear``'s ``bvls``) for the
+  physically sign-constrained parameters, with IDIM-LS's covariance formula at its solution.
 - **IDIM-IV**: instruments ``Z = Y(q_s, q_s', q_s'')`` from a simulation of the current estimate
   under the measured (low-passed) torque. The arm is lightly damped and chaotic, so one 10-s
   simulation would leave the measured trajectory; the simulation restarts every ``segment_s``
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .data import FilteredLog, Known, Regressor, rowwise
-from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit
+from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit, ls_covariance
 
 __all__ = [
     "Identification",
@@ -305,11 +305,11 @@ def idim_ls(
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     rows = regression_rows(logs, decimate)
     w, y = _stack(logs, regressor, rows, parallel, known)
+    if lags is None:
+        lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
+    elif int(lags) != lags or lags < 0:
+        raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
     if bounds is None:
-        if lags is None:
-            lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
-        elif int(lags) != lags or lags < 0:
-            raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
         fit = _ls_rows(w, y, weighted, int(lags))
         if int(fit.first_rank) < len(names):
             a, scale = np.asarray(fit.first_scaled), np.asarray(fit.first_scale)
@@ -341,7 +341,10 @@ def idim_ls(
     b = (y / sigma).reshape(-1)
     x = _solve(a, b, bounds, scale)
     theta = x / scale
-    return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale)
+    # IDIM-LS's covariance formula (``ls_covariance``: the Newey-West sandwich over ``lags``) at the bounded solution.
+    weighted = ((y - np.einsum("njp,p->nj", w, theta)) / sigma).reshape(-1)
+    sandwich = ls_covariance(np.linalg.inv(a.T @ a), a, weighted, joints, int(lags))
+    return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale, sandwich=sandwich)
 
 
 def idim_ls_left_out(

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..consistency.covariance import _bartlett_meat
 
-__all__ = ["LSFit", "bounded_solve", "ls_kernel", "newey_west"]
+__all__ = ["LSFit", "bounded_solve", "ls_covariance", "ls_kernel", "newey_west"]
 
 
 def newey_west(bread, scores_rows, residual, block: int, lags: int, rows=None):
@@ -28,6 +28,20 @@ def newey_west(bread, scores_rows, residual, block: int, lags: int, rows=None):
     meat = _bartlett_meat(xp.asarray(scores_rows), xp.asarray(residual), block, lags, xp)
     sandwich = rows / xp.maximum(rows - p, 1) * bread @ meat @ bread.T
     return 0.5 * (sandwich + sandwich.T)
+
+
+def ls_covariance(inverse, a, weighted_residual, joints: int, lags: int, rows=None):
+    """A least-squares estimate's covariance in the unit-norm coordinates of ``a`` (``(rows, p)``, ``inverse`` its
+    ``(aᵀa)⁻¹``, ``weighted_residual`` ``(rows,)``, ``joints`` rows per sample): ``σ̂² (aᵀa)⁻¹`` with ``σ̂² = Σ r² /
+    max(rows − p, 1)`` for ``lags = 0``, else the Newey-West sandwich over ``lags`` sample times (``newey_west``).
+    ``rows``: without zero padding (default all). IDIM-LS's (``ls_kernel``) and sign-bounded LS's (``idim_ls(bounds=…)``,
+    the benchmark's batched program) formula, in numpy on numpy arrays, else in JAX."""
+    n_rows, p = a.shape
+    rows = n_rows if rows is None else rows
+    if lags == 0:
+        xp = np if all(isinstance(x, np.ndarray) for x in (inverse, a, weighted_residual)) else jnp
+        return xp.sum(weighted_residual**2) / xp.maximum(rows - p, 1) * inverse
+    return newey_west(inverse, a, weighted_residual, joints, lags, rows)
 
 
 class LSFit(eqx.Module):
@@ -179,12 +193,8 @@ def ls_kernel(
     x, s, inverse = solve(a, (y / sigma).reshape(-1))
     theta = x / scale
     resid = y - jnp.einsum("njp,p->nj", w, theta)
-    if lags == 0:
-        variance = jnp.sum((resid / sigma) ** 2) / jnp.maximum(n_rows * joints - p, 1)
-        covariance = variance * inverse / jnp.outer(scale, scale)
-    else:
-        covariance = newey_west(inverse, a, (resid / sigma).reshape(-1), joints, lags, n_rows * joints)
-        covariance = covariance / jnp.outer(scale, scale)
+    weighted = (resid / sigma).reshape(-1)
+    covariance = ls_covariance(inverse, a, weighted, joints, lags, n_rows * joints) / jnp.outer(scale, scale)
     rank, condition = _jnp_rank_condition(a, s, n_rows * joints)
     return LSFit(
         theta,
