@@ -26,7 +26,7 @@ from jaxid.estimate import (
     make_estimator,
     names_for,
 )
-from jaxid.estimate.logs import RegressionModel, idim_iv, idim_ls
+from jaxid.estimate.logs import RegressionModel, idim_iv, idim_ls, idim_rls
 from jaxid.fit.model import SIGN_CONSTRAINED
 
 
@@ -87,12 +87,14 @@ def test_rls_on_logs_ends_at_the_weighted_least_squares(problem):
     model, logs, ls = problem
     rls = RLS()(logs, model, start=ls)
     assert rls.method == "rls" and rls.status == "ok"
-    # Forgetting 1 and a huge P0: the recursion's end is IDIM-LS's weighted solution, and its covariance
-    # (σ̂² P_N) IDIM-LS's for independent residuals (lags 0; IDIM-LS's default is the Newey-West one).
+    # Forgetting 1 and a huge P0: the recursion's end is IDIM-LS's weighted solution, and its covariance (the
+    # sandwich with P_N for (AᵀA)⁻¹) IDIM-LS's, Newey-West by default and σ̂² P_N with lags 0 as IDIM-LS's lags 0.
     np.testing.assert_allclose(rls.value, ls.value, rtol=1e-6, atol=1e-9 * np.abs(ls.value).max())
+    np.testing.assert_allclose(rls.std, ls.std, rtol=1e-3)
     independent = idim_ls(logs, model.regressor, model.names, lags=0)
-    np.testing.assert_allclose(rls.std, np.sqrt(np.diag(independent.covariance)), rtol=1e-3)
-    assert not np.allclose(ls.std, rls.std, rtol=1e-2)
+    white = idim_rls(logs, model.regressor, model.names, start=ls, lags=0)
+    np.testing.assert_allclose(white.std, np.sqrt(np.diag(independent.covariance)), rtol=1e-3)
+    assert not np.allclose(ls.std, white.std, rtol=1e-2)
     # Forgetting discounts the early rows: another estimate.
     assert not np.allclose(RLS(forgetting=0.999)(logs, model, start=ls).value, ls.value, rtol=1e-4)
 

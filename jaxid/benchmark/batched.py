@@ -15,7 +15,8 @@ chunk and runs the other estimators from its IDIM-LS):
 3. **Estimators** per trial inside ``lax.map`` (sharded over the local devices like the closed
    loop): ``ls_kernel``'s IDIM-LS (``solver="qr"``: its two least squares by a QR of the rows and an SVD of
    the ``p × p`` factor, as LAPACK's ``gelsd`` does, instead of an SVD of the rows), RLS over its weighted rows
-   (``jaxid.estimate.kalman.filters.recursive_least_squares``), ``consistent_least_squares`` on the standard
+   (``jaxid.estimate.kalman.filters.recursive_least_squares``; ``idim_rls``'s sandwich covariance),
+   ``consistent_least_squares`` on the standard
    regressor's weighted rows (with ``consistent_estimate``'s correlation lags and
    ``idim_ls_consistent``'s covariance mapping), sign-bounded LS by ``bounded_solve`` (Lawson–Hanson's active
    set, as ``idim_ls(bounds=…)``'s scipy ``bvls``) on IDIM-LS's weighted rows, with IDIM-LS's covariance formula
@@ -185,10 +186,9 @@ def _make_program(
             theta, cov, _, _ = recursive_least_squares(
                 a, yw, jnp.zeros(p, w.dtype), RLS_INITIAL_COVARIANCE * jnp.eye(p, dtype=w.dtype)
             )
-            resid = yw - jnp.einsum("njp,p->nj", a, theta)
-            variance = jnp.sum(resid**2) / max(resid.size - p, 1)
+            resid = (yw - jnp.einsum("njp,p->nj", a, theta)).reshape(-1)
             out["rls_theta"] = theta / scale
-            out["rls_cov"] = variance * cov / jnp.outer(scale, scale)
+            out["rls_cov"] = ls_covariance(cov, a.reshape(-1, p), resid, n, lags) / jnp.outer(scale, scale)
         if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), its covariance``
             ws = (w / fit.sigma[None, :, None]).reshape(-1, p)
             scale = _jnp_unit_columns(ws)

@@ -73,7 +73,7 @@ ESTIMATOR_DOC = {
     "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: its own, least "
     "squares on the active constraint face with the same Newey-West sandwich",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
-    "coordinates)",
+    "coordinates; std: IDIM-LS's Newey-West sandwich with the recursion's P_N for (WᵀW)⁻¹)",
     "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
     "ekf": "extended Kalman filter, state (q, q', θ), from IDIM-LS",
     "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",

@@ -28,6 +28,7 @@ from .idim import (
     default_decimation,
     regression_rows,
 )
+from .ls_kernel import ls_covariance
 
 __all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate"]
 
@@ -53,15 +54,22 @@ def idim_rls(
     initial_covariance: float = 1e8,
     decimate: int | None = None,
     known: Known | None = None,
+    lags: int | None = None,
 ) -> Identification:
     """Recursive least squares over IDIM-LS's weighted rows, in time order (``jaxid.estimate.kalman.filters``).
 
     The rows are ``start``'s (IDIM-LS): same decimation, parallel filtering and per-joint weights
     ``1/σ_j``; the columns are scaled to unit norm and the recursion starts at 0 with
     ``P₀ = initial_covariance · 𝟙`` in those units. With ``forgetting = 1`` and a large ``P₀`` it
-    ends at IDIM-LS's weighted solution. Covariance ``σ̂² P_N`` with the weighted residual variance.
+    ends at IDIM-LS's weighted solution. Covariance: IDIM-LS's formula (``ls_covariance``) with the recursion's
+    ``P_N`` for ``(AᵀA)⁻¹``: the Newey-West sandwich over ``lags`` (default ``correlation_lags``: the low-passed,
+    decimated rows' residuals correlate), or ``σ̂² P_N`` with ``lags = 0``.
     """
     names = tuple(names)
+    if decimate is None:
+        decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
+    if lags is None:
+        lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
     w, y, sigma = _weighted_rows(logs, regressor, start, decimate, known)
     p = w.shape[-1]
     scale = np.linalg.norm(w.reshape(-1, p), axis=0)
@@ -71,9 +79,8 @@ def idim_rls(
     )
     theta = np.asarray(theta)
     resid = y - np.einsum("njp,p->nj", w / scale, theta)
-    variance = np.sum(resid**2) / max(resid.size - p, 1)
-    covariance = variance * np.asarray(cov) / np.outer(scale, scale)
     a = (w / scale).reshape(-1, p)
+    covariance = ls_covariance(np.asarray(cov), a, resid.reshape(-1), w.shape[1], int(lags)) / np.outer(scale, scale)
     rank, cond = _rank_condition(a)
     return Identification(
         "rls", names, theta / scale, covariance, rank, cond, np.sqrt(np.mean((resid * sigma) ** 2, axis=0)), len(y)
