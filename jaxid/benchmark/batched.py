@@ -189,7 +189,7 @@ def _make_program(
             resid = (yw - jnp.einsum("njp,p->nj", a, theta)).reshape(-1)
             out["rls_theta"] = theta / scale
             out["rls_cov"] = ls_covariance(cov, a.reshape(-1, p), resid, n, lags) / jnp.outer(scale, scale)
-        if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), its covariance``
+        if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), its covariance
             ws = (w / fit.sigma[None, :, None]).reshape(-1, p)
             scale = _jnp_unit_columns(ws)
             x, _, converged = bounded_solve(ws / scale, (y / fit.sigma).reshape(-1), lower * scale, jnp.inf)

@@ -1,7 +1,8 @@
 """IDIM-LS's one least-squares kernel, pure JAX (``jit``/``vmap``-able): weighted least squares on
 stacked regression rows with its rank, condition number and covariance (white residuals, or the
-Newey-West sandwich over correlated rows). ``idim_ls`` (on logs) and the benchmark's batched trials
-(``jaxid.benchmark.batched``) both call it."""
+Newey-West sandwich over correlated rows: ``ls_covariance``). ``idim_ls`` (on logs) and the benchmark's batched
+trials (``jaxid.benchmark.batched``) both call it. Beside it, ``bounded_solve``: least squares within bounds (the
+sign-bounded fit of the benchmark's batched program)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def ls_covariance(inverse, a, weighted_residual, joints: int, lags: int, rows=No
     """A least-squares estimate's covariance in the unit-norm coordinates of ``a`` (``(rows, p)``, ``inverse`` its
     ``(aᵀa)⁻¹``, ``weighted_residual`` ``(rows,)``, ``joints`` rows per sample): ``σ̂² (aᵀa)⁻¹`` with ``σ̂² = Σ r² /
     max(rows − p, 1)`` for ``lags = 0``, else the Newey-West sandwich over ``lags`` sample times (``newey_west``).
-    ``rows``: without zero padding (default all). IDIM-LS's (``ls_kernel``) and sign-bounded LS's (``idim_ls(bounds=…)``,
-    the benchmark's batched program) formula, in numpy on numpy arrays, else in JAX."""
+    ``rows``: without zero padding (default all). The one formula of IDIM-LS (``ls_kernel``), sign-bounded LS
+    (``idim_ls(bounds=…)``) and RLS (``idim_rls``, with its ``P_N`` for ``(aᵀa)⁻¹``), on logs and in the benchmark's
+    batched program; in numpy on numpy arrays, else in JAX."""
     n_rows, p = a.shape
     rows = n_rows if rows is None else rows
     if lags == 0:
@@ -212,8 +214,8 @@ def ls_kernel(
 _ls_kernel_jit = jax.jit(ls_kernel, static_argnums=(2, 3, 4, 5))
 
 
-#: Passes of ``bounded_solve``'s active-set loop, per parameter (Lawson–Hanson converges in far fewer: each pass
-#: frees or fixes one parameter; the benchmark's bounded fits take 1-10).
+#: Passes of ``bounded_solve``'s active-set loop allowed, per parameter (Lawson–Hanson ends in far fewer: a pass
+#: fixes or frees a parameter, and the start already fixes those the unbounded solution puts out of bounds).
 BOUNDED_PASSES = 3
 
 
@@ -231,7 +233,7 @@ def bounded_solve(a, b, lower, upper):
     fixed. At most ``BOUNDED_PASSES · p`` passes; ``converged`` is ``False`` if they run out."""
     from jax.scipy.linalg import solve_triangular
 
-    rows, p = a.shape
+    p = a.shape[1]
     r = jnp.linalg.qr(jnp.concatenate([a, b[:, None]], axis=1), mode="r")
     factor, qtb = r[:p, :p], r[:p, p]
     lower, upper = jnp.broadcast_to(lower, (p,)), jnp.broadcast_to(upper, (p,))
