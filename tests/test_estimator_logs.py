@@ -95,6 +95,8 @@ def test_rls_on_logs_ends_at_the_weighted_least_squares(problem):
     white = idim_rls(logs, model.regressor, model.names, start=ls, lags=0)
     np.testing.assert_allclose(white.std, np.sqrt(np.diag(independent.covariance)), rtol=1e-3)
     assert not np.allclose(ls.std, white.std, rtol=1e-2)
+    with pytest.raises(ValueError, match="lags must be a non-negative whole number"):
+        idim_rls(logs, model.regressor, model.names, start=ls, lags=-1)
     # Forgetting discounts the early rows: another estimate.
     assert not np.allclose(RLS(forgetting=0.999)(logs, model, start=ls).value, ls.value, rtol=1e-4)
 

@@ -192,10 +192,10 @@ def _make_program(
         if lower is not None:  # ``idim_ls(bounds=(lower, +inf))``: its weights (the OLS residual std), its covariance
             ws = (w / fit.sigma[None, :, None]).reshape(-1, p)
             scale = _jnp_unit_columns(ws)
-            x, _, converged = bounded_solve(ws / scale, (y / fit.sigma).reshape(-1), lower * scale, jnp.inf)
+            a = ws / scale
+            x, _, converged = bounded_solve(a, (y / fit.sigma).reshape(-1), lower * scale, jnp.inf)
             theta = x / scale
             resid = ((y - jnp.einsum("njp,p->nj", w, theta)) / fit.sigma).reshape(-1)
-            a = ws / scale
             out["bounded_theta"] = theta
             out["bounded_cov"] = ls_covariance(jnp.linalg.inv(a.T @ a), a, resid, n, lags) / jnp.outer(scale, scale)
             out["bounded_converged"] = converged

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .data import FilteredLog, Known, Regressor, rowwise
-from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit, ls_covariance
+from .ls_kernel import CHOLQR_CONDITION, _ls_kernel_jit, checked_lags, ls_covariance
 
 __all__ = [
     "Identification",
@@ -305,12 +305,9 @@ def idim_ls(
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
     rows = regression_rows(logs, decimate)
     w, y = _stack(logs, regressor, rows, parallel, known)
-    if lags is None:
-        lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
-    elif int(lags) != lags or lags < 0:
-        raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
+    lags = checked_lags(lags, correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate))
     if bounds is None:
-        fit = _ls_rows(w, y, weighted, int(lags))
+        fit = _ls_rows(w, y, weighted, lags)
         if int(fit.first_rank) < len(names):
             a, scale = np.asarray(fit.first_scaled), np.asarray(fit.first_scale)
             _check_rank(int(fit.first_rank), names, a, scale)
@@ -343,7 +340,7 @@ def idim_ls(
     theta = x / scale
     # IDIM-LS's covariance formula (``ls_covariance``: the Newey-West sandwich over ``lags``) at the bounded solution.
     weighted = ((y - np.einsum("njp,p->nj", w, theta)) / sigma).reshape(-1)
-    sandwich = ls_covariance(np.linalg.inv(a.T @ a), a, weighted, joints, int(lags))
+    sandwich = ls_covariance(np.linalg.inv(a.T @ a), a, weighted, joints, lags)
     return _ls_result("idim_ls_bounded", names, theta, w, y, sigma, a, scale, sandwich=sandwich)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..consistency.covariance import _bartlett_meat
 
-__all__ = ["LSFit", "bounded_solve", "ls_covariance", "ls_kernel", "newey_west"]
+__all__ = ["LSFit", "bounded_solve", "checked_lags", "ls_covariance", "ls_kernel", "newey_west"]
 
 
 def newey_west(bread, scores_rows, residual, block: int, lags: int, rows=None):
@@ -44,6 +44,16 @@ def ls_covariance(inverse, a, weighted_residual, joints: int, lags: int, rows=No
         xp = np if all(isinstance(x, np.ndarray) for x in (inverse, a, weighted_residual)) else jnp
         return xp.sum(weighted_residual**2) / xp.maximum(rows - p, 1) * inverse
     return newey_west(inverse, a, weighted_residual, joints, lags, rows)
+
+
+def checked_lags(lags, default: int) -> int:
+    """``lags`` (rows over which residuals correlate, for ``ls_covariance``) checked, or ``default`` for ``None``
+    (``idim_ls`` and ``idim_rls``: ``correlation_lags``); ``ValueError`` (one line) if not a whole number ≥ 0."""
+    if lags is None:
+        return int(default)
+    if int(lags) != lags or lags < 0:
+        raise ValueError(f"lags must be a non-negative whole number of rows, got {lags!r}.")
+    return int(lags)
 
 
 class LSFit(eqx.Module):

@@ -28,7 +28,7 @@ from .idim import (
     default_decimation,
     regression_rows,
 )
-from .ls_kernel import ls_covariance
+from .ls_kernel import checked_lags, ls_covariance
 
 __all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate"]
 
@@ -68,8 +68,7 @@ def idim_rls(
     names = tuple(names)
     if decimate is None:
         decimate = default_decimation(logs[0].sample_step, logs[0].cutoff_hz)
-    if lags is None:
-        lags = correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate)
+    lags = checked_lags(lags, correlation_lags(logs[0].sample_step, logs[0].cutoff_hz, decimate))
     w, y, sigma = _weighted_rows(logs, regressor, start, decimate, known)
     p = w.shape[-1]
     scale = np.linalg.norm(w.reshape(-1, p), axis=0)
@@ -80,7 +79,7 @@ def idim_rls(
     theta = np.asarray(theta)
     resid = y - np.einsum("njp,p->nj", w / scale, theta)
     a = (w / scale).reshape(-1, p)
-    covariance = ls_covariance(np.asarray(cov), a, resid.reshape(-1), w.shape[1], int(lags)) / np.outer(scale, scale)
+    covariance = ls_covariance(np.asarray(cov), a, resid.reshape(-1), w.shape[1], lags) / np.outer(scale, scale)
     rank, cond = _rank_condition(a)
     return Identification(
         "rls", names, theta / scale, covariance, rank, cond, np.sqrt(np.mean((resid * sigma) ** 2, axis=0)), len(y)
