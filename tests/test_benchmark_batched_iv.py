@@ -1,5 +1,6 @@
 """The benchmark's batched IDIM-IV (``jaxid.benchmark.batched_iv``) against the trial-by-trial
-``idim_iv`` (the reference: ``make_estimator("idim_iv")`` on the same log and IDIM-LS start), a trial's
+``idim_iv`` (the reference: ``make_estimator("idim_iv")`` on the same log and start, ``run_chunk``'s: the
+consistent LS), a trial's
 numbers independent of its chunk, its restarts, more substeps and errors as the trial-by-trial call's.
 
 Uses the two-joint benchmark of ``tests/test_benchmark.py`` with the chunk width of
@@ -36,8 +37,10 @@ def chunk(plan):
     """Three trials (more than the plan's width of 2: two blocks of simulations) with their logs and starts."""
     parts = [simulate_trials(plan, np.asarray(t)) for t in ([0, 1], [2])]  # the closed loop's width is 2
     run = {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
-    fits = batched_fits(plan, run, ("idim_ls",))
-    return run, fits, [_log(plan, run, fits, k) for k in range(3)], [_start(plan, fits, k) for k in range(3)]
+    fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
+    starts = [_start(plan, fits, k, "idim_iv") for k in range(3)]
+    assert all(np.array_equal(s.value, fits["consistent_theta"][k]) for k, s in enumerate(starts))
+    return run, fits, [_log(plan, run, fits, k) for k in range(3)], starts
 
 
 @pytest.mark.slow
@@ -101,7 +104,8 @@ def test_restarts_and_more_substeps_run_batched_as_trial_by_trial(plan, chunk, m
 
     def negated(*args, **kwargs):
         fits = original(*args, **kwargs)
-        fits["ls_theta"] = fits["ls_theta"] * np.asarray([[1.0], [-1.0]])
+        for k in ("ls_theta", "consistent_theta"):  # IDIM-IV's start is the consistent LS
+            fits[k] = fits[k] * np.asarray([[1.0], [-1.0]])
         return fits
 
     original = chunk_module.batched_fits

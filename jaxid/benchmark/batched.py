@@ -36,14 +36,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._platform import thread_map
+from ..estimate import ESTIMATORS
 from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
 from ..estimate.logs.data import _check_length, filter_signals
 from ..estimate.logs.idim import Identification, correlation_lags, default_decimation
 from ..estimate.logs.ls_kernel import _jnp_unit_columns, bounded_solve, ls_covariance, ls_kernel
+from ..estimate.logs.reweighted import consistent_start
 from ..measure.filters import lowpass
 from ..measure.logs import MeasuredLog
+from ..types import Status
 from .entries import entries_function
 
 __all__ = ["BATCHED", "batched_estimators", "batched_fits"]
@@ -280,8 +283,16 @@ def batched_fits(plan, run: dict, estimators=BATCHED) -> dict:
     return out
 
 
-def _start(plan, fits: dict, k: int) -> Identification:
-    return Identification(
+def simulates(name: str) -> bool:
+    """Whether the benchmark's estimator ``name`` simulates its model (``AbstractEstimator.simulates``; DIDIM,
+    the benchmark's own, does too): it then starts from the consistent LS (``_start``)."""
+    return name == "didim" or (name in ESTIMATORS and ESTIMATORS[name].simulates)
+
+
+def _start(plan, fits: dict, k: int, estimator: str | None = None) -> Identification:
+    """Trial ``k``'s start for ``estimator``: its batched IDIM-LS, or for one that simulates its model (``simulates``)
+    the batched consistent LS where ``fits`` has it and it converged (``consistent_start``: ``jaxid fit``'s rule)."""
+    ls = Identification(
         "idim_ls",
         plan.names,
         fits["ls_theta"][k],
@@ -291,6 +302,10 @@ def _start(plan, fits: dict, k: int) -> Identification:
         fits["ls_residual_std"][k],
         int(fits["samples"]),
     )
+    if estimator is None or not simulates(estimator) or "consistent_theta" not in fits:
+        return ls
+    converged = int(fits["consistent_status"][k]) == int(Status.SUCCESS)
+    return consistent_start(ls, fits["consistent_theta"][k] if converged else None)
 
 
 def _log(plan, run: dict, fits: dict, k: int) -> FilteredLog:

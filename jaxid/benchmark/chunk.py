@@ -12,8 +12,9 @@ program serves every count), with the setting's options (``setting_estimator``).
 to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
 runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
 consistent LS. The others (output error; sign-bounded LS with options of its own) run trial by trial as in ``run_estimators``, the
-fits spread over the host's cores (``thread_map``). All but DIDIM start from the batched IDIM-LS estimate
-on a ``FilteredLog`` built from the batched filtering. Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
+fits spread over the host's cores (``thread_map``). They start, on a ``FilteredLog`` built from the batched
+filtering, from the batched IDIM-LS estimate, and those that simulate their model (IDIM-IV, the Kalman filters,
+output error) from the batched consistent LS where it converged (``batched._start``: ``jaxid fit``'s rule). Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 from .._platform import thread_map
 from ..estimate.kalman.logs import kalman_filter_batch
 from ..types import Status
-from .batched import _log, _start, batched_estimators, batched_fits
+from .batched import _log, _start, batched_estimators, batched_fits, simulates
 from .batched_iv import batched_iv
 from .didim import didim_chunk
 
@@ -53,7 +54,7 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
         return {}
     s, model = plan.setting, plan.model
     t0, c0 = time.perf_counter(), time.process_time()
-    logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k) for k in members]
+    logs, starts = [_log(plan, run, fits, k) for k in members], [_start(plan, fits, k, e) for k in members]
     options = {k: float(v) for k, v in setting_estimator(plan, e)._applicable("log").items()}
     width = min(FILTER_BLOCK, plan.width, s["estimator_trials"].get(e, s.trials))
     try:
@@ -95,8 +96,9 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         good = int(np.flatnonzero(ok)[0])
         run = {f: np.where(ok.reshape((-1,) + (1,) * (v.ndim - 1)), v, v[good]) for f, v in run.items()}
     try:
-        # DIDIM starts from consistent LS (``jaxid.benchmark.didim``): the batched program computes it as well.
-        start = ("idim_ls_consistent",) if "didim" in s["estimators"] else ()
+        # The estimators that simulate (DIDIM, IDIM-IV, the Kalman filters, output error) start from consistent LS
+        # (``batched._start``, ``jaxid.benchmark.didim``): the batched program computes it as well.
+        start = ("idim_ls_consistent",) if any(map(simulates, s["estimators"])) and plan.model.consistent else ()
         fits = batched_fits(plan, run, (*batched, "idim_ls", *iv, *start)) if ok.any() else None
     except ValueError as err:  # a log too short for the filter: every trial's IDIM-LS fails
         fits, error = None, _failure(err)
@@ -124,7 +126,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
         k, e = job
         t1 = time.perf_counter()
         try:
-            est = setting_estimator(plan, e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k))
+            est = setting_estimator(plan, e)([_log(plan, run, fits, k)], plan.model, start=_start(plan, fits, k, e))
             value, cov, label = est.value, est.covariance, est.status
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
             value, cov, label = None, None, _failure(err)

@@ -18,7 +18,7 @@ in one compiled call; the noise enters the loop through the controller); the noi
 depend on the seed, the setting and its index only.
 
 **Estimators** (``ESTIMATOR_DOC``): all run on the same filtered log and the same rows.
-IDIM-LS is computed for every trial (the start of the others). A failure (an exception, a
+IDIM-LS is computed for every trial: the start of the others (of those that simulate, consistent LS). A failure (an exception, a
 non-finite estimate, a solver that stops at its iteration limit, a diverged simulation) is a
 status on the trial's rows, never a silent NaN.
 """
@@ -36,9 +36,10 @@ import numpy as np
 
 from ..config.benchmark import Benchmark
 from ..config.study import Setting
-from ..estimate import IdimLS, make_estimator
+from ..estimate import IdimLS, IdimLSConsistent, make_estimator
 from ..estimate.crlb import base_parameter_crlb
 from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
+from ..estimate.logs.reweighted import consistent_start
 from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
 from ..measure.logs import MeasuredLog
@@ -48,7 +49,7 @@ from ..simulation.closed_loop_record import MeasurementNoise
 from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
-from .batched import batched_fits
+from .batched import batched_fits, simulates
 from .didim import didim_chunk
 
 __all__ = [
@@ -65,7 +66,7 @@ __all__ = [
 ESTIMATOR_DOC = {
     "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: Newey-West sandwich "
     "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
-    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from IDIM-LS "
+    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from consistent LS "
     "(std: the IV Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ over one cut-off period of rows)",
     "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
     "Newey-West sandwich at the bounded solution)",
@@ -74,9 +75,9 @@ ESTIMATOR_DOC = {
     "squares on the active constraint face with the same Newey-West sandwich",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
     "coordinates; std: IDIM-LS's Newey-West sandwich with the recursion's P_N for (WᵀW)⁻¹)",
-    "output_error": "multiple-shooting output error on the measured angles, from IDIM-LS",
-    "ekf": "extended Kalman filter, state (q, q', θ), from IDIM-LS",
-    "ukf": "unscented Kalman filter, state (q, q', θ), from IDIM-LS",
+    "output_error": "multiple-shooting output error on the measured angles, from consistent LS",
+    "ekf": "extended Kalman filter, state (q, q', θ), from consistent LS",
+    "ukf": "unscented Kalman filter, state (q, q', θ), from consistent LS",
     "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
     "of the model's closed loop, simulated noise-free with the setting's controller and reference, from consistent "
     "LS; a step is taken where it lowers the closed loop's torque error, else cut to a tenth, until no parameter "
@@ -307,7 +308,7 @@ def _filtered(plan: BenchmarkPlan, run: dict, index: int):
 def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> list[dict]:
     """Rows ``{estimator, parameter, truth, estimate, std, status, seconds, cpu_seconds, heldout_rmse}`` of
     one trial (``index`` into the simulated ``run``): wall and process CPU seconds (all threads) of each
-    estimator; IDIM-LS's time is its own, the others' exclude it (they start from it)."""
+    estimator; IDIM-LS's time is its own, the others' exclude it and their start's (``batched._start``'s rule)."""
     s = plan.setting
     limits = s["estimator_trials"]
     names = [e for e in s["estimators"] if trial < limits.get(e, s.trials)]
@@ -322,7 +323,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
             ls_status = "ok"
         except (ValueError, np.linalg.LinAlgError) as err:
             ls, ls_status = None, _failure(err)
-        ls_seconds, ls_cpu = time.perf_counter() - t0, time.process_time() - c0
+        ls_seconds, ls_cpu, consistent = time.perf_counter() - t0, time.process_time() - c0, None
         for e in names:
             if e == "idim_ls":
                 out[e] = (
@@ -338,9 +339,13 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                 one = {f: v[index : index + 1] for f, v in run.items()}
                 out[e] = didim_chunk(plan, one, batched_fits(plan, one, ("idim_ls", "idim_ls_consistent")), [0])[0]
                 continue
+            if simulates(e) and plan.model.consistent and consistent is None:  # their start (``batched._start``)
+                consistent = IdimLSConsistent()(logs, plan.model, start=ls)
+            ok = simulates(e) and consistent is not None and consistent.status == "ok"
+            start = consistent_start(ls, consistent.value if ok else None)
             t0, c0 = time.perf_counter(), time.process_time()
             try:
-                est = setting_estimator(plan, e)(logs, plan.model, start=ls)
+                est = setting_estimator(plan, e)(logs, plan.model, start=start)
                 value, cov, label = est.value, est.covariance, est.status
             except (ValueError, np.linalg.LinAlgError, FloatingPointError) as err:
                 value, cov, label = None, None, _failure(err)

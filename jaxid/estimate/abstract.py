@@ -106,6 +106,8 @@ class AbstractEstimator(eqx.Module):
         log_options: the options that apply on logs (the others apply to records only).
         log_only: the options that apply on logs only (refused on records when set).
         starts_from: on logs, the estimator class whose estimate it starts from (``IdimLS``) or ``None``.
+        simulates: on logs, it simulates the model at its start (IDIM-IV, the Kalman filters, output error),
+            so a caller that has the physically consistent fit starts it there (``consistent_start``).
     """
 
     name: eqx.AbstractClassVar[str]
@@ -120,6 +122,7 @@ class AbstractEstimator(eqx.Module):
     log_options: ClassVar[tuple[str, ...]] = ()
     log_only: ClassVar[tuple[str, ...]] = ()
     starts_from: ClassVar[type[AbstractEstimator] | None] = None
+    simulates: ClassVar[bool] = False
 
     def __check_init__(self):
         for field in dataclasses.fields(self):

@@ -79,6 +79,7 @@ class _AbstractArmFilter(AbstractEstimator):
     log_options: ClassVar[tuple[str, ...]] = ("measurement_std", "velocity_process_std", "initial_relative_std")
     log_only: ClassVar[tuple[str, ...]] = ("measurement_std",)
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
+    simulates: ClassVar[bool] = True
 
     measurement_offset: Array | None = _traced(None)
     initial_guess: Array | None = _traced(None)
@@ -166,6 +167,7 @@ class OutputError(AbstractEstimator):
     )
     log_only: ClassVar[tuple[str, ...]] = log_options
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
+    simulates: ClassVar[bool] = True
 
     segment_s: float = _static_float(0.5)
     stride: int = _static(5)

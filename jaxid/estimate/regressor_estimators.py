@@ -146,6 +146,7 @@ class IdimIV(_AbstractRegression):
     log_options: ClassVar[tuple[str, ...]] = ("iterations", "segment_s", "decimate")
     log_only: ClassVar[tuple[str, ...]] = ("segment_s", "decimate")
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
+    simulates: ClassVar[bool] = True
 
     iterations: int = _static(3)
     covariance: Literal["delta", "white"] = _static("delta")

@@ -13,7 +13,8 @@ import numpy as np
 
 from .._platform import release_if_crowded
 from ..config.fit import FitConfig
-from ..estimate import make_estimator
+from ..estimate import estimator_class, make_estimator
+from ..estimate.logs.reweighted import consistent_start
 from .checks import (
     check_band,
     check_horizons,
@@ -53,8 +54,7 @@ def _estimate(name, config, train, model, ls):
     return estimator(list(train.values()), regression_model(model), start=ls)
 
 
-#: Estimators that start from a least-squares estimate; they run after the least-squares family and start
-#: from the physically consistent one when it ran (``_start``).
+#: The least-squares family: it runs first, and the other estimators start from it (``_start``).
 _LEAST_SQUARES = ("idim_ls", "idim_ls_bounded", "idim_ls_consistent", "rls")
 
 
@@ -64,29 +64,12 @@ def _run_order(names: list[str]) -> list[str]:
 
 
 def _start(name: str, ls, estimates):
-    """What ``name`` starts from: IDIM-LS, or for the simulation-based estimators (IDIM-IV, the Kalman
-    filters, output error) the physically consistent least squares when it ran: a model that can be
-    simulated (its mass matrix positive definite), where IDIM-LS's need not be."""
+    """What ``name`` starts from: IDIM-LS, or for the estimators that simulate (``simulates``: IDIM-IV, the
+    Kalman filters, output error) the physically consistent least squares when it ran (``consistent_start``)."""
     consistent = estimates.get("idim_ls_consistent")
-    if name in _LEAST_SQUARES or consistent is None or consistent.status != "ok" or ls is None:
+    if not estimator_class(name).simulates or consistent is None or consistent.status != "ok" or ls is None:
         return ls
-    from ..estimate.logs import Identification
-
-    free = [consistent.names.index(n) for n in ls.names]
-    value = np.asarray(consistent.value)[free]
-    return Identification(
-        ls.method,
-        ls.names,
-        value,
-        ls.covariance,
-        ls.rank,
-        ls.condition,
-        ls.residual_std,
-        ls.samples,
-        0,
-        ls.notes,
-        ls.status,
-    )
+    return consistent_start(ls, np.asarray(consistent.value)[[consistent.names.index(n) for n in ls.names]])
 
 
 class _StageClock:

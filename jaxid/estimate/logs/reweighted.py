@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +31,7 @@ from .idim import (
 )
 from .ls_kernel import checked_lags, ls_covariance
 
-__all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate"]
+__all__ = ["idim_rls", "idim_ls_consistent", "consistent_estimate", "consistent_start"]
 
 _compiled_rls = jax.jit(recursive_least_squares)
 
@@ -152,3 +153,14 @@ def idim_ls_consistent(
         status,
         np.asarray(est.standard, dtype=float),
     )
+
+
+def consistent_start(start: Identification, consistent: np.ndarray | None) -> Identification:
+    """Where an estimator that simulates its model (``AbstractEstimator.simulates``: IDIM-IV, the Kalman filters,
+    output error) starts: IDIM-LS's ``start`` with its value replaced by the physically consistent estimate
+    ``consistent`` (``(p,)`` on ``start.names``) when that fit ran and converged, else ``start`` itself. A
+    consistent model can be simulated (every link's mass matrix positive definite), where IDIM-LS's need not be.
+    One rule for ``jaxid fit`` and the benchmark; the rest of ``start`` (weights, covariance) is kept."""
+    if consistent is None:
+        return start
+    return eqx.tree_at(lambda s: s.value, start, np.asarray(consistent, dtype=float))
