@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config.benchmark import Benchmark
 from ..config.study import Setting
-from ..estimate import IdimLS, IdimLSConsistent, make_estimator
+from ..estimate import IdimLS, make_estimator
 from ..estimate.crlb import base_parameter_crlb
 from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
 from ..estimate.logs.reweighted import consistent_start
@@ -49,7 +49,7 @@ from ..simulation.closed_loop_record import MeasurementNoise
 from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
-from .batched import batched_fits, simulates
+from .batched import batched_fits, consistent_value, simulates
 from .didim import didim_chunk
 
 __all__ = [
@@ -323,7 +323,9 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
             ls_status = "ok"
         except (ValueError, np.linalg.LinAlgError) as err:
             ls, ls_status = None, _failure(err)
-        ls_seconds, ls_cpu, consistent = time.perf_counter() - t0, time.process_time() - c0, None
+        ls_seconds, ls_cpu = time.perf_counter() - t0, time.process_time() - c0
+        # ``batched._start``'s rule: the estimators that simulate start from the consistent LS where it converged.
+        start_of = functools.cache(lambda sim: consistent_start(ls, consistent_value(plan, logs, ls)) if sim else ls)
         for e in names:
             if e == "idim_ls":
                 out[e] = (
@@ -339,10 +341,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
                 one = {f: v[index : index + 1] for f, v in run.items()}
                 out[e] = didim_chunk(plan, one, batched_fits(plan, one, ("idim_ls", "idim_ls_consistent")), [0])[0]
                 continue
-            if simulates(e) and plan.model.consistent and consistent is None:  # their start (``batched._start``)
-                consistent = IdimLSConsistent()(logs, plan.model, start=ls)
-            ok = simulates(e) and consistent is not None and consistent.status == "ok"
-            start = consistent_start(ls, consistent.value if ok else None)
+            start = start_of(simulates(e))
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 est = setting_estimator(plan, e)(logs, plan.model, start=start)
