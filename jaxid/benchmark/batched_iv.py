@@ -1,6 +1,7 @@
 """IDIM-IV over the trials of a benchmark chunk, its simulations batched over the trials.
 
-``batched_iv(plan, logs, starts)`` gives for each trial's filtered log and IDIM-LS start what the
+``batched_iv(plan, logs, starts)`` gives for each trial's filtered log and start (``run_chunk``'s: the consistent
+LS where it converged, else IDIM-LS) what the
 trial-by-trial call ``make_estimator("idim_iv")([log], plan.model, start=start)`` gives
 (``jaxid.estimate.logs.iv.idim_iv`` with the setting's options, ``estimator_options.idim_iv`` over the class's defaults: its passes, ``segment_s``,
 the default decimation), with the work that dominates it done for all trials at once:

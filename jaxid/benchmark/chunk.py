@@ -80,7 +80,8 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
     call each, IDIM-IV by ``batched_iv``, DIDIM by ``didim_chunk`` (from the batched consistent LS), the
-    others trial by trial (over the host's cores), from the batched IDIM-LS."""
+    others trial by trial (over the host's cores), from the batched IDIM-LS (``_start``: those that simulate
+    from the batched consistent LS)."""
     from .trial import _failure, estimate_rows, setting_estimator
 
     s = plan.setting
