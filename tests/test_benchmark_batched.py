@@ -398,3 +398,28 @@ def test_estimators_that_simulate_start_from_the_consistent_fit():
         np.testing.assert_array_equal(_start(plan, fits, 1, e).value, fits["ls_theta"][1])  # not converged
     without = {k: v for k, v in fits.items() if not k.startswith("consistent")}
     np.testing.assert_array_equal(_start(plan, without, 0, "ekf").value, fits["ls_theta"][0])
+
+
+@pytest.mark.slow
+def test_an_estimator_that_simulates_starts_from_the_consistent_fit_by_default(plan):
+    """The library's default start (``start=None``) follows the same rule: IDIM-IV called without a start equals
+    IDIM-IV from ``simulation_start`` (the converged consistent LS, computed from IDIM-LS), not from IDIM-LS; on a
+    model without a ``ConsistentMap`` it starts from IDIM-LS."""
+    import dataclasses
+
+    from jaxid.estimate import IdimIV, IdimLS, IdimLSConsistent
+    from jaxid.estimate.abstract import simulation_start
+
+    run = simulate_trials(plan, np.arange(1))
+    logs = [_log(plan, run, batched_fits(plan, run, ("idim_ls",)), 0)]
+    ls = IdimLS()(logs, plan.model)
+    consistent = IdimLSConsistent()(logs, plan.model, start=ls)
+    assert consistent.status == "ok"
+    start = simulation_start(logs, plan.model, ls)
+    np.testing.assert_array_equal(start.value, consistent.value)
+    np.testing.assert_array_equal(start.covariance, ls.covariance)
+    default = IdimIV(iterations=1)(logs, plan.model)
+    np.testing.assert_array_equal(default.value, IdimIV(iterations=1)(logs, plan.model, start=start).value)
+    assert not np.allclose(default.value, IdimIV(iterations=1)(logs, plan.model, start=ls).value, rtol=1e-8)
+    bare = dataclasses.replace(plan.model, consistent=None)
+    assert simulation_start(logs, bare, ls) is ls

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._platform import thread_map
-from ..estimate import ESTIMATORS, IdimLSConsistent
+from ..estimate import ESTIMATORS
 from ..estimate.consistency import consistent_least_squares
 from ..estimate.kalman.filters import recursive_least_squares
 from ..estimate.logs import FilteredLog
@@ -306,19 +306,6 @@ def _start(plan, fits: dict, k: int, estimator: str | None = None) -> Identifica
         return ls
     converged = int(fits["consistent_status"][k]) == int(Status.SUCCESS)
     return consistent_start(ls, fits["consistent_theta"][k] if converged else None)
-
-
-def consistent_value(plan, logs, ls: Identification | None) -> np.ndarray | None:
-    """``_start``'s consistent LS for one trial fitted alone (``run_estimators``): ``idim_ls_consistent`` from
-    ``ls`` on ``logs``, its value where it converged; ``None`` without a consistent map, IDIM-LS or convergence
-    (or where it raises: the estimators then start from IDIM-LS)."""
-    if ls is None or not plan.model.consistent:
-        return None
-    try:
-        est = IdimLSConsistent()(logs, plan.model, start=ls)
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
-        return None
-    return np.asarray(est.value) if est.status == "ok" else None
 
 
 def _log(plan, run: dict, fits: dict, k: int) -> FilteredLog:

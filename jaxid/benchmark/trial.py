@@ -37,9 +37,9 @@ import numpy as np
 from ..config.benchmark import Benchmark
 from ..config.study import Setting
 from ..estimate import IdimLS, make_estimator
+from ..estimate.abstract import simulation_start
 from ..estimate.crlb import base_parameter_crlb
 from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
-from ..estimate.logs.reweighted import consistent_start
 from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
 from ..measure.logs import MeasuredLog
@@ -49,7 +49,7 @@ from ..simulation.closed_loop_record import MeasurementNoise
 from ..simulation.controllers import ComputedTorque, PDController
 from ..study.sampling import setting_key, trial_key
 from ..types import Status
-from .batched import batched_fits, consistent_value, simulates
+from .batched import batched_fits, simulates
 from .didim import didim_chunk
 
 __all__ = [
@@ -325,7 +325,7 @@ def run_estimators(plan: BenchmarkPlan, run: dict, index: int, trial: int) -> li
             ls, ls_status = None, _failure(err)
         ls_seconds, ls_cpu = time.perf_counter() - t0, time.process_time() - c0
         # ``batched._start``'s rule: the estimators that simulate start from the consistent LS where it converged.
-        start_of = functools.cache(lambda sim: consistent_start(ls, consistent_value(plan, logs, ls)) if sim else ls)
+        start_of = functools.cache(lambda sim: simulation_start(logs, plan.model, ls) if sim else ls)
         for e in names:
             if e == "idim_ls":
                 out[e] = (

@@ -27,9 +27,11 @@ from .base import Estimate
 from .logs.data import FilteredLog
 from .logs.idim import Identification
 from .logs.model import RegressionModel
+from .logs.reweighted import consistent_start, idim_ls_consistent
 
 __all__ = [
     "AbstractEstimator",
+    "simulation_start",
     "Data",
     "is_logs",
     "Model",
@@ -81,6 +83,19 @@ def static_option(default):
 
 def static_float_option(default: float):
     return eqx.field(default=default, static=True, converter=float)
+
+
+def simulation_start(logs, model: RegressionModel, start: Identification) -> Identification:
+    """Where an estimator that simulates its model starts, given IDIM-LS's ``start``: ``consistent_start`` with the
+    physically consistent LS (``idim_ls_consistent`` from ``start``: ``IdimLSConsistent()``'s call) where ``model``
+    has a ``ConsistentMap`` and that fit converges; else ``start`` (also where the fit raises)."""
+    if model.consistent is None:
+        return start
+    try:
+        est = idim_ls_consistent(logs, model.consistent, model.names, start=start, known=model.known)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return start
+    return consistent_start(start, est.value if est.status == "ok" else None)
 
 
 class AbstractEstimator(eqx.Module):
@@ -187,8 +202,9 @@ class AbstractEstimator(eqx.Module):
         Args:
             logs: a ``FilteredLog`` or a sequence of them (same model and sample step).
             model: the ``RegressionModel`` (regressor, names, known torque, constraints).
-            start: the estimate it starts from where ``starts_from`` is set (default: computed,
-                IDIM-LS with default options).
+            start: the estimate it starts from where ``starts_from`` is set (default: computed, IDIM-LS with
+                default options; for an estimator that ``simulates``, ``simulation_start`` of it: the consistent
+                LS where the model has a ``ConsistentMap`` and that fit converges, ``jaxid fit``'s rule).
 
         Raises ``ValueError`` as the log function does (rank deficiency, divergence) and for an
         option that applies to records only.
@@ -197,6 +213,8 @@ class AbstractEstimator(eqx.Module):
         logs = [logs] if isinstance(logs, FilteredLog) else list(logs)
         if type(self).starts_from is not None and start is None:
             start = type(self).starts_from().fit_logs(logs, model)
+            if type(self).simulates:
+                start = simulation_start(logs, model, start)
         return self._fit_logs(logs, model, start, options)
 
     def _fit_logs(self, logs, model: RegressionModel, start, options: dict[str, Any]) -> Identification:
