@@ -316,3 +316,28 @@ def test_an_implausible_training_error_is_refused():
     rows[1]["torque_rmse"] = 4.0 * spread  # e.g. a torque column of the wrong sign or gain
     with pytest.raises(ConfigError, match=r"training torque with an RMSE of .* no better than the torque's own spread"):
         check_training_error(pd.DataFrame(rows), {"r": log})
+
+
+def test_the_fit_starts_the_estimators_that_simulate_from_the_consistent_fit():
+    """``jaxid.fit.runner._start``: the least-squares family from IDIM-LS; the estimators that simulate from the
+    config's consistent LS where it converged (on IDIM-LS's names), from IDIM-LS where it did not, and from the
+    rule's own consistent fit (``own``, ``simulation_start``) where the config does not run one."""
+    from jaxid.estimate.logs import Identification
+    from jaxid.fit.runner import _start
+
+    def ident(method, names, value, status="ok"):
+        p = len(names)
+        return Identification(method, names, np.asarray(value, float), np.eye(p), p, 1.0, np.ones(1), 10, 0, "", status)
+
+    ls = ident("idim_ls", ("a", "b"), [1.0, 2.0])
+    consistent = ident("idim_ls_consistent", ("b", "c", "a"), [20.0, 30.0, 10.0])
+    own = ident("idim_ls", ("a", "b"), [5.0, 6.0])
+    for name in ("idim_ls_bounded", "rls"):
+        assert _start(name, ls, {"idim_ls_consistent": consistent}, lambda: own) is ls
+    for name in ("idim_iv", "ekf", "ukf", "output_error"):
+        started = _start(name, ls, {"idim_ls_consistent": consistent}, lambda: own)
+        np.testing.assert_array_equal(started.value, [10.0, 20.0])
+        np.testing.assert_array_equal(started.covariance, ls.covariance)
+        stopped = ident("idim_ls_consistent", ("b", "c", "a"), [20.0, 30.0, 10.0], status="max_iterations")
+        assert _start(name, ls, {"idim_ls_consistent": stopped}, lambda: own) is ls
+        assert _start(name, ls, {}, lambda: own) is own

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import subprocess
@@ -14,6 +15,7 @@ import numpy as np
 from .._platform import release_if_crowded
 from ..config.fit import FitConfig
 from ..estimate import estimator_class, make_estimator
+from ..estimate.abstract import simulation_start
 from ..estimate.logs.reweighted import consistent_start
 from .checks import (
     check_band,
@@ -63,11 +65,16 @@ def _run_order(names: list[str]) -> list[str]:
     return [n for n in names if n in _LEAST_SQUARES] + [n for n in names if n not in _LEAST_SQUARES]
 
 
-def _start(name: str, ls, estimates):
+def _start(name: str, ls, estimates, own):
     """What ``name`` starts from: IDIM-LS, or for the estimators that simulate (``simulates``: IDIM-IV, the
-    Kalman filters, output error) the physically consistent least squares when it ran (``consistent_start``)."""
+    Kalman filters, output error) the physically consistent least squares where it converged: the config's
+    (``consistent_start``), or where the config does not run it the rule's own (``own()``: ``simulation_start``)."""
+    if not estimator_class(name).simulates or ls is None:
+        return ls
     consistent = estimates.get("idim_ls_consistent")
-    if not estimator_class(name).simulates or consistent is None or consistent.status != "ok" or ls is None:
+    if consistent is None:
+        return own()
+    if consistent.status != "ok":
         return ls
     return consistent_start(ls, np.asarray(consistent.value)[[consistent.names.index(n) for n in ls.names]])
 
@@ -176,11 +183,14 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
 
     estimates, seconds, failed = {}, {}, {}
     ls = None
+    # The consistent start when the config does not run ``idim_ls_consistent``: fitted once, from IDIM-LS (``ls``
+    # by then: the least-squares family runs first).
+    own = functools.cache(lambda: simulation_start(list(train.values()), regression_model(model), ls))
     for name in _run_order(config.estimators):
         release_if_crowded()  # every estimator's compiled programs within the memory-map limit
         t0 = time.time()
         try:
-            est = _estimate(name, config, train, model, _start(name, ls, estimates))
+            est = _estimate(name, config, train, model, _start(name, ls, estimates, own))
         except Exception as err:  # noqa: BLE001 - one estimator failing must not lose the others
             if name == "idim_ls":
                 raise  # every other estimator starts from it; its errors name what to change (rank)
