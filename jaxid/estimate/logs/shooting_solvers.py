@@ -12,11 +12,18 @@ iteration for the Levenberg–Marquardt parameter ``α`` of the step on the trus
 equations instead of an SVD of ``J``. It stops as scipy does: ``ftol`` (relative cost decrease with a
 gain ratio above 1/4), ``xtol`` (step norm against the unknowns' norm), ``gtol`` (largest gradient
 entry), or after ``max_evaluations`` passes.
+
+**Passes.** Both solvers are generators (``gauss_newton_steps``, ``trust_region_steps``): they yield each
+pass they need as a request ``(kind, φ, x)`` (``LINEARISE``: the normal equations there; ``EVALUATE``: the
+cost alone) and are sent its answer, and they return their ``Solution``. ``solve`` runs one on one fit's
+pass functions (``gauss_newton``, ``trust_region``); ``jaxid.estimate.logs.output_error_batch`` runs many
+fits in lockstep, each round's passes of all of them as one compiled program over their segments. The
+iterates do not depend on who answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import NamedTuple
 
 import numpy as np
@@ -24,7 +31,12 @@ import numpy as np
 from .shooting import Factor, NormalEquations, _normal_product
 
 __all__ = [
+    "EVALUATE",
+    "LINEARISE",
     "Solution",
+    "solve",
+    "gauss_newton_steps",
+    "trust_region_steps",
     "Step",
     "STATIONARITY",
     "SETTLED_COST",
@@ -35,6 +47,40 @@ __all__ = [
     "parameter_step",
     "undamped_decrease",
 ]
+
+
+#: A solver's request for the normal equations at a point (answer: ``(NormalEquations, extra)`` or ``None``).
+LINEARISE = "linearise"
+#: A solver's request for the cost ``½ |r|²`` alone at a point (answer: a float or ``None``).
+EVALUATE = "evaluate"
+
+
+def solve(steps: Generator, linearise: Callable, evaluate: Callable | None = None):
+    """Run a solver's generator (``gauss_newton_steps``, ``trust_region_steps``) to its result, answering
+    each ``LINEARISE`` request by ``linearise(φ, x)`` and each ``EVALUATE`` request by ``evaluate(φ, x)``."""
+    answer = {LINEARISE: linearise, EVALUATE: evaluate}
+    request = next(steps)
+    while True:
+        kind, par, states = request
+        try:
+            request = steps.send(answer[kind](par, states))
+        except StopIteration as stop:
+            return stop.value
+
+
+def gauss_newton(linearise: Callable, par: np.ndarray, states: np.ndarray, *, evaluate: Callable, **options):
+    """``gauss_newton_steps(par, states, **options)`` on one fit's passes (``solve``): ``linearise(φ, x)``
+    gives ``(NormalEquations, extra)`` or ``None``, ``evaluate(φ, x)`` the cost or ``None``."""
+    return solve(gauss_newton_steps(par, states, **options), linearise, evaluate)
+
+
+def trust_region(
+    linearise: Callable, par: np.ndarray, states: np.ndarray, *, evaluate: Callable | None = None, **options
+) -> "Solution":
+    """``trust_region_steps(par, states, **options)`` on one fit's passes (``solve``); without ``evaluate``
+    every trial point is linearised (``evaluate_first=False``)."""
+    steps = trust_region_steps(par, states, evaluate_first=evaluate is not None, **options)
+    return solve(steps, linearise, evaluate)
 
 
 def _start_diverged() -> ValueError:
@@ -185,13 +231,11 @@ def _termination(reduction, ratio, cost, d_par, d_x, par, states, ftol, xtol) ->
     return 4 if small_cost and small_step else 2 if small_cost else 3 if small_step else 0
 
 
-def gauss_newton(
-    linearise: Callable[[np.ndarray, np.ndarray], tuple[NormalEquations, object] | None],
+def gauss_newton_steps(
     par: np.ndarray,
     states: np.ndarray,
     *,
     max_evaluations: int,
-    evaluate: Callable[[np.ndarray, np.ndarray], float | None],
     step: Callable[[NormalEquations, "Factor", float, np.ndarray, object], Step] = plain_step,
     carry: object = None,
     ftol: float = 1e-8,
@@ -200,15 +244,16 @@ def gauss_newton(
     stationarity: float = STATIONARITY,
     parameter_tolerance: float | None = None,
     dof: int | None = None,
-) -> tuple[Solution, object, list, float]:
+) -> Generator[tuple[str, np.ndarray, np.ndarray], object, tuple[Solution, object, list, float]]:
     """Minimise ``½ |r|²`` over ``(φ, x)`` by Gauss–Newton damped à la Levenberg–Marquardt with Nielsen's
     update of the damping: the one loop of plain and physically consistent output error.
 
-    At the iterate a pass gives the normal equations (``linearise``: ``(NormalEquations, extra)``, ``None``
-    where not finite). ``step(ne, factor, μ, φ, carry)`` (``factor``: ``JᵀJ + μ D²`` factorised, ``D²`` the
+    A generator of pass requests (module docstring, "Passes"; ``gauss_newton`` runs it on one fit's
+    passes). At the iterate a pass gives the normal equations (a ``LINEARISE`` request, answered with
+    ``(NormalEquations, extra)``, ``None`` where not finite). ``step(ne, factor, μ, φ, carry)`` (``factor``: ``JᵀJ + μ D²`` factorised, ``D²`` the
     largest diagonal of ``JᵀJ`` met so far) proposes ``(δφ, δx)`` (``plain_step``: the damped Gauss–Newton
     step; ``output_error_consistent``'s: a constrained one). The trial point is simulated without the
-    Jacobian (``evaluate``); its gain ratio ``ρ`` (actual over predicted decrease of the undamped model,
+    Jacobian (an ``EVALUATE`` request: the cost, ``None`` where not finite); its gain ratio ``ρ`` (actual over predicted decrease of the undamped model,
     ``model_decrease``) accepts it (any decrease; then one Jacobian pass there) and sets ``μ`` (Nielsen:
     accepted ``μ × max(1/3, 1 − (2ρ − 1)³)``; rejected ``μ × ν``, ``ν`` doubling with each rejection in a
     row), starting at ``damping``.
@@ -227,7 +272,7 @@ def gauss_newton(
     Returns ``(Solution, carry, infos, μ)``: the solution at the last accepted point (``par``: its ``φ``),
     its ``carry``, the accepted steps' ``info`` and the last damping. Raises ``ValueError`` if the start is
     not finite."""
-    first = linearise(par, states)
+    first = yield LINEARISE, par, states
     if first is None:
         raise _start_diverged()
     ne, extra = first
@@ -250,12 +295,12 @@ def gauss_newton(
                 break
         d_par, d_x = proposal.d_par, proposal.d_x
         predicted = model_decrease(ne, d_par, d_x)
-        trial_cost = evaluate(par + d_par, states + d_x)
+        trial_cost = yield EVALUATE, par + d_par, states + d_x
         evaluations += 1
         reduction = -np.inf if trial_cost is None or not np.isfinite(trial_cost) else ne.cost - trial_cost
         ratio = reduction / predicted if predicted > 0 else (1.0 if reduction == predicted == 0 else 0.0)
         termination = _termination(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
-        trial = linearise(par + d_par, states + d_x) if reduction > 0 else None
+        trial = (yield LINEARISE, par + d_par, states + d_x) if reduction > 0 else None
         if trial is None:
             mu, nu = mu * nu, 2.0 * nu
             continue
@@ -279,28 +324,29 @@ def gauss_newton(
     return Solution(par, states, ne, extra, evaluations, jacobians, status, message), carry, infos, mu
 
 
-def trust_region(
-    linearise: Callable[[np.ndarray, np.ndarray], tuple[NormalEquations, object] | None],
+def trust_region_steps(
     par: np.ndarray,
     states: np.ndarray,
     *,
     max_evaluations: int,
-    evaluate: Callable[[np.ndarray, np.ndarray], float | None] | None = None,
+    evaluate_first: bool = True,
     ftol: float = 1e-8,
     xtol: float = 1e-10,
     gtol: float = 1e-8,
-) -> Solution:
+) -> Generator[tuple[str, np.ndarray, np.ndarray], object, Solution]:
     """Minimise ``½ |r|²`` over ``(φ, x)``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")``
     without bounds, step for step, its trust-region subproblem solved on the normal equations
     (module docstring).
 
-    ``linearise(φ, x)`` returns ``(NormalEquations, extra)`` at that point, or ``None`` where the residuals
-    are not finite (the radius then shrinks). A pass at a trial point gives its Jacobian too, so an
-    accepted point costs no second pass. With ``evaluate(φ, x)`` (the cost ``½ |r|²`` alone, or ``None`` where
-    not finite: a pass without the Jacobian) a trial point is first only evaluated, and linearised once
-    accepted: rejected steps then cost a residual pass, not a Jacobian. The iterates are the same. Raises ``ValueError`` if the start is not finite. ``status``:
-    ``"ok"`` (a tolerance met) or ``"max_iterations"`` (``max_evaluations`` passes made)."""
-    first = linearise(par, states)
+    A generator of pass requests (module docstring, "Passes"): a ``LINEARISE`` request is answered with
+    ``(NormalEquations, extra)`` at that point, or ``None`` where the residuals are not finite (the radius
+    then shrinks); a pass at a trial point gives its Jacobian too, so an accepted point costs no second
+    pass. With ``evaluate_first`` (default) a trial point is first only evaluated (an ``EVALUATE`` request:
+    the cost ``½ |r|²`` alone, or ``None`` where not finite; a pass without the Jacobian), and linearised
+    once accepted: rejected steps then cost a residual pass, not a Jacobian. The iterates are the same.
+    Raises ``ValueError`` if the start is not finite. ``status``: ``"ok"`` (a tolerance met) or
+    ``"max_iterations"`` (``max_evaluations`` passes made). ``trust_region`` runs it on one fit's passes."""
+    first = yield LINEARISE, par, states
     if first is None:
         raise _start_diverged()
     ne, extra = first
@@ -319,11 +365,11 @@ def trust_region(
             d_par, d_x, alpha = _trust_region_step(ne, scale_par, scale_x, radius, alpha)
             n_par, n_x = _normal_product(ne, d_par, d_x)
             predicted = -(0.5 * (d_par @ n_par + np.sum(d_x * n_x)) + ne.g_par @ d_par + np.sum(ne.g_x * d_x))
-            if evaluate is None:
-                trial = linearise(par + d_par, states + d_x)
+            if not evaluate_first:
+                trial = yield LINEARISE, par + d_par, states + d_x
                 trial_cost = None if trial is None else trial[0].cost
             else:
-                trial, trial_cost = None, evaluate(par + d_par, states + d_x)
+                trial, trial_cost = None, (yield EVALUATE, par + d_par, states + d_x)
             evaluations += 1
             step_h = float(np.sqrt(np.sum((scale_par * d_par) ** 2) + np.sum((scale_x * d_x) ** 2)))
             if trial_cost is None or not np.isfinite(trial_cost):
@@ -345,7 +391,7 @@ def trust_region(
             alpha *= radius / new_radius
             radius = new_radius
         if reduction > 0 and trial is None:
-            trial = linearise(par + d_par, states + d_x)
+            trial = yield LINEARISE, par + d_par, states + d_x
             if trial is None:  # finite residuals but a Jacobian that is not: a rejected step
                 radius = 0.25 * step_h
                 continue
