@@ -205,9 +205,10 @@ def test_parameter_criterion_equals_the_dense_route(two_link):
     regressor, names, logs, ls, _ = two_link
     plain = importlib.import_module("jaxid.estimate.logs.output_error")
     solvers = importlib.import_module("jaxid.estimate.logs.shooting_solvers")
+    shooting = importlib.import_module("jaxid.estimate.logs.shooting")
     problem = plain.shooting_problem(logs, regressor, np.asarray(ls.value), 0.5, 5, 100.0, None, None, 64, 1)
     ne, _ = problem.linearise(np.asarray(ls.value), problem.x0)
-    moved = solvers.parameter_step(ne, problem.dof)
+    moved = shooting.parameter_step(ne, problem.dof)
     fun, jac, z0, *_ = dense_problem(logs, regressor, names, ls)
     r, j = np.asarray(fun(z0)), np.asarray(jac(z0))
     p, dof = len(names), r.size - j.shape[1]
@@ -217,7 +218,7 @@ def test_parameter_criterion_equals_the_dense_route(two_link):
     _, sv, vt = np.linalg.svd(j / col, full_matrices=False)
     std = np.sqrt(float(r @ r) / dof * np.diag((vt.T / sv**2) @ vt)[:p]) / col[:p]
     assert moved == pytest.approx(np.max(np.abs(step[:p]) / std), rel=1e-6)
-    assert solvers.undamped_decrease(ne) > solvers.SETTLED_COST * ne.cost
+    assert shooting.undamped_decrease(ne) > solvers.SETTLED_COST * ne.cost
     est = output_error(logs, regressor, names, start=ls, parameter_tolerance=1e9)
     assert est.status == "ok" and est.iterations > 1 and "converged in the parameters" in est.notes, est.notes
 

@@ -189,7 +189,7 @@ def output_error(
             step for step, ``shooting_solvers.trust_region``: the dense route's iterates).
         damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting_solvers.gauss_newton``).
         parameter_tolerance: Gauss–Newton also stops (``"ok"``) once its undamped step moves no parameter by
-            more than this many of its standard deviations (``shooting_solvers.parameter_step``; default
+            more than this many of its standard deviations (``shooting.parameter_step``; default
             ``PARAMETER_TOLERANCE`` = 0.05); ``None``: only the stationarity certificate, ``ftol`` and ``xtol``. Not used with a
             parametrisation (its ``z`` need not be determined) or the trust region.
 

@@ -16,7 +16,8 @@ per-segment products that the compiled chunk program returns (``Blocks``); ``Fac
 ``(JᵀJ + α D²) δ = r`` by a banded Cholesky factorisation of the state block (half-bandwidth
 ``2 m − 1``, ``scipy.linalg.cholesky_banded``) and a dense solve of the ``P × P`` Schur complement
 ``A − B C⁻¹ Bᵀ``. Host-side numpy/scipy, O(S m (P + m)) memory and time per solve.
-The solvers on these normal equations are ``jaxid.estimate.logs.shooting_solvers``.
+The solvers on these normal equations are ``jaxid.estimate.logs.shooting_solvers``; ``model_decrease``,
+``undamped_decrease`` and ``parameter_step`` are their measures of a step.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ __all__ = [
     "shooting_cost",
     "schur_complement",
     "segment_sandwich",
+    "model_decrease",
+    "parameter_step",
+    "undamped_decrease",
 ]
 
 
@@ -231,3 +235,33 @@ def segment_sandwich(ne: NormalEquations, blocks: Blocks, logs: np.ndarray, lags
     inverse = ((vec[:, keep] / ev[keep]) @ vec[:, keep].T) / np.outer(d, d)
     sandwich = inverse @ meat @ inverse
     return 0.5 * (sandwich + sandwich.T), inverse
+
+
+def parameter_step(ne: NormalEquations, dof: int) -> float:
+    """``max_i |δφ_i| / σ_i``: the undamped Gauss–Newton step in the fitted parameters (the states
+    eliminated: their best response included) against the parameters' standard deviations
+    ``σ_i² = σ̂² [(A − B C⁻¹ Bᵀ)⁻¹]_ii``, ``σ̂² = 2 cost / dof`` (white residuals). ``inf`` where the
+    Schur complement is not positive definite (the parameters are not all determined)."""
+    factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
+    d_par, _ = factor.solve(-ne.g_par, -ne.g_x)
+    d = np.sqrt(np.abs(np.diag(factor.schur)))
+    if factor._schur is None or not np.all(d > 0):
+        return float("inf")
+    scaled_inverse = np.diag(np.linalg.inv(factor.schur / np.outer(d, d)))
+    if not np.all(scaled_inverse > 0):
+        return float("inf")
+    std = np.sqrt(2 * ne.cost / max(dof, 1) * scaled_inverse) / d
+    return float(np.max(np.abs(d_par) / std))
+
+
+def undamped_decrease(ne: NormalEquations) -> float:
+    """``½ gᵀ (JᵀJ)⁻¹ g``: the decrease of ``½ |r|²`` the undamped Gauss–Newton model promises at ``ne``
+    (over ``φ`` and the states; the pseudo-inverse's fallback of ``Factor`` where ``JᵀJ`` is singular)."""
+    d_par, d_x = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x)).solve(-ne.g_par, -ne.g_x)
+    return -0.5 * float(ne.g_par @ d_par + np.sum(ne.g_x * d_x))
+
+
+def model_decrease(ne: NormalEquations, d_par: np.ndarray, d_x: np.ndarray) -> float:
+    """The decrease of ``½ |r|²`` that the undamped Gauss–Newton model at ``ne`` predicts for the step ``(δφ, δx)``."""
+    n_par, n_x = _normal_product(ne, d_par, d_x)
+    return float(-(0.5 * (d_par @ n_par + np.sum(d_x * n_x)) + ne.g_par @ d_par + np.sum(ne.g_x * d_x)))

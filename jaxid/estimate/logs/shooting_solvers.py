@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .shooting import Factor, NormalEquations, _normal_product
+from .shooting import Factor, NormalEquations, _normal_product, model_decrease, parameter_step, undamped_decrease
 
 __all__ = [
     "EVALUATE",
@@ -42,10 +42,7 @@ __all__ = [
     "SETTLED_COST",
     "gauss_newton",
     "trust_region",
-    "model_decrease",
     "plain_step",
-    "parameter_step",
-    "undamped_decrease",
 ]
 
 
@@ -182,36 +179,6 @@ class Step(NamedTuple):
     carry: object = None
     bound: float | None = None
     info: object = None
-
-
-def parameter_step(ne: NormalEquations, dof: int) -> float:
-    """``max_i |δφ_i| / σ_i``: the undamped Gauss–Newton step in the fitted parameters (the states
-    eliminated: their best response included) against the parameters' standard deviations
-    ``σ_i² = σ̂² [(A − B C⁻¹ Bᵀ)⁻¹]_ii``, ``σ̂² = 2 cost / dof`` (white residuals). ``inf`` where the
-    Schur complement is not positive definite (the parameters are not all determined)."""
-    factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
-    d_par, _ = factor.solve(-ne.g_par, -ne.g_x)
-    d = np.sqrt(np.abs(np.diag(factor.schur)))
-    if factor._schur is None or not np.all(d > 0):
-        return float("inf")
-    scaled_inverse = np.diag(np.linalg.inv(factor.schur / np.outer(d, d)))
-    if not np.all(scaled_inverse > 0):
-        return float("inf")
-    std = np.sqrt(2 * ne.cost / max(dof, 1) * scaled_inverse) / d
-    return float(np.max(np.abs(d_par) / std))
-
-
-def undamped_decrease(ne: NormalEquations) -> float:
-    """``½ gᵀ (JᵀJ)⁻¹ g``: the decrease of ``½ |r|²`` the undamped Gauss–Newton model promises at ``ne``
-    (over ``φ`` and the states; the pseudo-inverse's fallback of ``Factor`` where ``JᵀJ`` is singular)."""
-    d_par, d_x = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x)).solve(-ne.g_par, -ne.g_x)
-    return -0.5 * float(ne.g_par @ d_par + np.sum(ne.g_x * d_x))
-
-
-def model_decrease(ne: NormalEquations, d_par: np.ndarray, d_x: np.ndarray) -> float:
-    """The decrease of ``½ |r|²`` that the undamped Gauss–Newton model at ``ne`` predicts for the step ``(δφ, δx)``."""
-    n_par, n_x = _normal_product(ne, d_par, d_x)
-    return float(-(0.5 * (d_par @ n_par + np.sum(d_x * n_x)) + ne.g_par @ d_par + np.sum(ne.g_x * d_x)))
 
 
 def plain_step(ne: NormalEquations, factor: Factor, mu: float, par: np.ndarray, carry=None) -> Step:
