@@ -89,7 +89,7 @@ def test_output_error_and_ekf_compile_once_per_model(two_link):
     other = [eqx.tree_at(lambda d: d.q_raw, logs[0], logs[0].q_raw + 1e-5)]
     # The package re-exports the functions under the modules' names: import the modules themselves.
     programs = (
-        importlib.import_module("jaxid.estimate.logs.output_error")._shooting_blocks,
+        importlib.import_module("jaxid.estimate.logs.shooting_passes")._shooting_blocks,
         importlib.import_module("jaxid.estimate.kalman.logs")._filter_log,
     )
     sizes = []

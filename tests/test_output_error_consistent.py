@@ -55,13 +55,14 @@ def _with_cost(module, call):
     """``(call(), ½ |r|² at its solution)``, read off the ``Solution`` the module's fit ends with."""
     seen = []
     if module is PLAIN:
-        original = module.trust_region
+        original = module.solve
 
         def spy(*args, **kwargs):
-            seen.append(original(*args, **kwargs))
-            return seen[-1]
+            result = original(*args, **kwargs)
+            seen.append(result if hasattr(result, "normal") else result[0])  # the trust region's, Gauss–Newton's
+            return result
 
-        module.trust_region = spy
+        module.solve = spy
     else:
         original = module.shooting_identification
 
@@ -73,7 +74,7 @@ def _with_cost(module, call):
     try:
         out = call()
     finally:
-        setattr(module, "trust_region" if module is PLAIN else "shooting_identification", original)
+        setattr(module, "solve" if module is PLAIN else "shooting_identification", original)
     return out, seen[-1].normal.cost
 
 

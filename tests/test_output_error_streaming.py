@@ -34,15 +34,15 @@ from scipy.optimize import least_squares
 
 import jaxid
 from jaxid.estimate.logs import filter_log, idim_ls, output_error
+from jaxid.estimate.logs.data import angle_noise_std
 from jaxid.estimate.logs.idim import segment_starts
-from jaxid.estimate.logs.output_error import angle_noise_std
 from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
 from jaxid.excitation.fourier import random_fourier_trajectory
 from jaxid.measure.logs import MeasuredLog
 
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
-#: The chunk program, from its module (the package re-exports the function under the module's name).
-PROGRAM = importlib.import_module("jaxid.estimate.logs.output_error")._shooting_blocks
+#: The chunk program.
+PROGRAM = importlib.import_module("jaxid.estimate.logs.shooting_passes")._shooting_blocks
 #: The scipy route step for step (``shooting_solvers.trust_region``): the same iterates as the dense reference.
 TRF = "trust_region"
 
@@ -167,17 +167,17 @@ def test_gauss_newton_stops_certified_at_the_dense_optimum(two_link):
     of it, and by no more than the streamed certificate states."""
     regressor, names, logs, ls, converged = two_link
     plain = importlib.import_module("jaxid.estimate.logs.output_error")
-    seen, original = [], plain.gauss_newton
+    seen, original = [], plain.solve
 
     def spy(*args, **kwargs):
         seen.append(original(*args, **kwargs))
         return seen[-1]
 
-    plain.gauss_newton = spy
+    plain.solve = spy
     try:
         est = output_error(logs, regressor, names, start=ls)
     finally:
-        plain.gauss_newton = original
+        plain.solve = original
     sol = seen[-1][0]
     assert est.status == "ok" and "stationary" in est.notes, est.notes
     assert est.iterations <= converged.iterations, (est.notes, converged.notes)
@@ -203,10 +203,10 @@ def test_parameter_criterion_equals_the_dense_route(two_link):
     ``σ̂² (JᵀJ)⁻¹``. The rule is tested only once the cost can fall by at most ``SETTLED_COST`` of itself:
     at this start it could fall by more, so even an unbounded tolerance stops later, and says so."""
     regressor, names, logs, ls, _ = two_link
-    plain = importlib.import_module("jaxid.estimate.logs.output_error")
+    passes = importlib.import_module("jaxid.estimate.logs.shooting_passes")
     solvers = importlib.import_module("jaxid.estimate.logs.shooting_solvers")
     shooting = importlib.import_module("jaxid.estimate.logs.shooting")
-    problem = plain.shooting_problem(logs, regressor, np.asarray(ls.value), 0.5, 5, 100.0, None, None, 64, 1)
+    problem = passes.shooting_problem(logs, regressor, np.asarray(ls.value), 0.5, 5, 100.0, None, None, 64, 1)
     ne, _ = problem.linearise(np.asarray(ls.value), problem.x0)
     moved = shooting.parameter_step(ne, problem.dof)
     fun, jac, z0, *_ = dense_problem(logs, regressor, names, ls)

@@ -15,7 +15,7 @@ import pytest
 from jaxid import _platform
 from jaxid._platform import host_threads, thread_map
 from jaxid.estimate.logs.data import rowwise
-from jaxid.estimate.logs.shooting_passes import _Chunks
+from jaxid.estimate.logs.shooting_passes import PassRequest, run_passes
 from jaxid.estimate.logs.stepping import stage_torques
 
 
@@ -73,12 +73,12 @@ def test_a_shooting_pass_is_the_same_on_one_thread_and_two(monkeypatch):
     measured = rng.normal(scale=0.1, size=(segments, length, 1))
     states = rng.normal(scale=0.1, size=(segments, 2))
     theta = np.array([0.5, 0.1, 2.0])
-    chunks = _Chunks(torques, measured, chunk_segments=2)  # three chunks: the pass runs them on the threads
     static = dict(regressor=_regressor, known=None, sample_step=0.01, stride=1, substeps=1)
+    request = PassRequest(torques, measured, theta, states, np.ones(1), static)
     out = {}
     for threads in (1, 2):
         monkeypatch.setattr(_platform, "host_threads", lambda t=threads: t)
-        out[threads] = chunks.pass_(theta, states, jnp.ones(1), static)
+        out[threads] = run_passes(True, [request], chunk_segments=2)[0]  # three chunks, run on the threads
     for a, b in zip(out[1], out[2], strict=True):
         np.testing.assert_array_equal(a, b)
     assert out[1].res.shape[0] == segments

@@ -43,9 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._platform import thread_map
-from ..logs.data import FilteredLog, Known, Regressor
+from ..logs.data import FilteredLog, Known, Regressor, angle_noise_std
 from ..logs.idim import Identification, _row_bucket
-from ..logs.output_error import angle_noise_std
 from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import extended_kalman_filter, unscented_kalman_filter
 from .mass_floor import _mass_limit, _mass_points

@@ -21,11 +21,11 @@ These are the kernels; the estimators are the classes of ``jaxid.estimate`` (one
 estimator, called on a simulated record or on logs: ``IdimLS()(logs, model)``).
 """
 
-from .data import FilteredLog, accelerations, filter_log
+from .data import FilteredLog, accelerations, angle_noise_std, filter_log
 from .idim import Identification, default_decimation, idim_ls
 from .iv import idim_iv
 from .model import ConsistentMap, RegressionModel
-from .output_error import angle_noise_std, output_error
+from .output_error import output_error
 from .reweighted import consistent_estimate, idim_ls_consistent, idim_rls
 from .stepping import simulate_segments, stage_torques
 from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse

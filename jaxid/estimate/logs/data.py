@@ -22,7 +22,7 @@ steps per log sample, their substep rule and the segment simulations are ``jaxid
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -37,6 +37,7 @@ from ...measure.logs import MeasuredLog, check_joint_samples
 
 __all__ = [
     "FilteredLog",
+    "angle_noise_std",
     "filter_log",
     "filter_signals",
     "model_torque",
@@ -155,6 +156,12 @@ def filter_log(
         trim,
         lp_order,
     )
+
+
+def angle_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-5) -> np.ndarray:
+    """Per-joint std [rad] of the measured angle about its filtered value (usable samples)."""
+    diffs = [np.asarray(d.q_raw - d.q)[d.usable] for d in logs]
+    return np.maximum(np.std(np.concatenate(diffs), axis=0), floor)
 
 
 def filter_signals(q, tau, sample_step: float, cutoff_hz: float, *, method: str = "butterworth", order=None):

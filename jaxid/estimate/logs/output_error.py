@@ -104,7 +104,7 @@ instead, a constrained Gauss–Newton on the same cost over ``θ`` and the state
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import NamedTuple
 
 import jax
@@ -113,13 +113,12 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor
-from .idim import Identification, segment_starts
-from .shooting import normal_equations, schur_complement, segment_sandwich, shooting_cost
-from .shooting_passes import _Chunks, _parametrise, _shooting_blocks, _shooting_residuals  # noqa: F401 (tests)
-from .shooting_solvers import gauss_newton, trust_region
-from .stepping import stable_substeps, stage_torques
+from .idim import Identification
+from .shooting import normal_equations, schur_complement, segment_sandwich
+from .shooting_passes import ShootingProblem, shooting_problem
+from .shooting_solvers import gauss_newton_steps, solve, trust_region_steps
 
-__all__ = ["output_error", "angle_noise_std"]
+__all__ = ["output_error", "output_error_fit", "OutputErrorFit"]
 
 #: Segments per compiled call (the chunk): the memory of a pass grows with it, not with the logs.
 CHUNK_SEGMENTS = 64
@@ -132,10 +131,11 @@ CHUNK_SEGMENTS = 64
 PARAMETER_TOLERANCE = 0.05
 
 
-def angle_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-5) -> np.ndarray:
-    """Per-joint std [rad] of the measured angle about its filtered value (usable samples)."""
-    diffs = [np.asarray(d.q_raw - d.q)[d.usable] for d in logs]
-    return np.maximum(np.std(np.concatenate(diffs), axis=0), floor)
+def _check_lags(lags):
+    if int(lags) != lags or lags < -1:
+        raise ValueError(
+            f"output_error: lags must be -1 (white residuals) or a whole number of segments ≥ 0, got {lags}."
+        )
 
 
 def output_error(
@@ -200,6 +200,44 @@ def output_error(
     different steps, a missing start, a parametrisation whose output does not have ``len(names)``
     entries, a ``chunk_segments`` below 1, or residuals that are not finite at the start.
     """
+    fit = output_error_fit(**locals())  # the arguments, by name
+    return fit.finish(solve(fit.steps, fit.problem.linearise, fit.problem.evaluate))
+
+
+class OutputErrorFit(NamedTuple):
+    """One output-error fit set up (``output_error_fit``): its passes (``problem``), its solver as a generator of
+    pass requests (``steps``: ``shooting_solvers.gauss_newton_steps`` or ``trust_region_steps``) and ``finish``,
+    which makes the estimate of the solver's result."""
+
+    problem: ShootingProblem
+    steps: Generator
+    finish: Callable
+
+
+def output_error_fit(
+    logs,
+    regressor,
+    names,
+    *,
+    start,
+    segment_s,
+    stride,
+    continuity_weight,
+    max_iterations,
+    known,
+    parametrisation,
+    start_z,
+    return_z,
+    chunk_segments,
+    substeps,
+    lags,
+    solver,
+    damping,
+    parameter_tolerance,
+) -> OutputErrorFit:
+    """``output_error`` up to its solver (the same arguments, all given): the checks, the set-up and the solver's
+    generator, not yet started (``output_error`` runs it on the fit's own passes; ``output_error_batch`` many
+    fits' passes together). Raises ``ValueError`` as ``output_error`` does, except at the start's pass."""
     names = tuple(names)
     p = len(names)
     if parametrisation is None:
@@ -227,124 +265,34 @@ def output_error(
         logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
     )
     if solver == "gauss_newton":
-        sol, _, _, mu = gauss_newton(
-            problem.linearise,
+        steps = gauss_newton_steps(
             z_start,
             problem.x0,
             max_evaluations=max_iterations,
-            evaluate=problem.evaluate,
             damping=damping,
             parameter_tolerance=parameter_tolerance if parametrisation is None else None,
             dof=problem.dof,
         )
-        note = f"solver: Gauss–Newton, {sol.evaluations - 1} steps, μ = {mu:.2g}; {sol.message}"
     else:
-        sol = trust_region(
-            problem.linearise, z_start, problem.x0, max_evaluations=max_iterations, evaluate=problem.evaluate
+        steps = trust_region_steps(z_start, problem.x0, max_evaluations=max_iterations)
+
+    def finish(result):
+        if solver == "gauss_newton":
+            sol, _, _, mu = result
+            note = f"solver: Gauss–Newton, {sol.evaluations - 1} steps, μ = {mu:.2g}; {sol.message}"
+        else:
+            sol, note = result, f"solver: {result.message}"
+        blocks, theta_hat = sol.extra
+        # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
+        theta_normal = (
+            sol.normal
+            if parametrisation is None
+            else normal_equations(blocks, sol.states, problem.linked, problem.scale_c)
         )
-        note = f"solver: {sol.message}"
-    blocks, theta_hat = sol.extra
-    # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
-    theta_normal = (
-        sol.normal if parametrisation is None else normal_equations(blocks, sol.states, problem.linked, problem.scale_c)
-    )
-    est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, note)
-    return (est, sol.par.copy()) if return_z else est
+        est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, note)
+        return (est, sol.par.copy()) if return_z else est
 
-
-class ShootingProblem(NamedTuple):
-    """A multiple-shooting fit's set-up (``shooting_problem``): the segments' start states ``x0``
-    ``(S, m)``, which segment links on (``linked``) and each one's log (``owner``), the continuity
-    weights ``scale_c``, the per-joint angle noise ``sigma``, the segment length (samples) and step,
-    the substeps (and the stiffness that set them, ``None`` if given), the residual rows (angles and continuity
-    gaps) and their degrees of freedom ``dof`` (rows less unknowns ``θ`` and states), and two passes:
-    ``evaluate(φ, x)`` (the cost, ``None`` if not finite) and ``linearise(φ, x)`` (``(NormalEquations,
-    (Blocks, θ))`` in ``φ``, ``None`` if not finite)."""
-
-    x0: np.ndarray
-    linked: np.ndarray
-    owner: np.ndarray
-    scale_c: np.ndarray
-    sigma: np.ndarray
-    length: int
-    sample_step: float
-    substeps: int
-    stiffness: float | None
-    evaluate: Callable
-    linearise: Callable
-    rows: int
-    dof: int
-
-
-def _check_lags(lags):
-    if int(lags) != lags or lags < -1:
-        raise ValueError(
-            f"output_error: lags must be -1 (white residuals) or a whole number of segments ≥ 0, got {lags}."
-        )
-
-
-def shooting_problem(
-    logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
-) -> ShootingProblem:
-    """The segments of ``logs`` and the passes over them (``output_error``'s arguments; ``theta0`` the
-    start's ``θ``, for the substeps' stiffness rule). Raises ``ValueError`` as ``output_error`` does."""
-    h = logs[0].sample_step
-    if any(abs(d.sample_step - h) > 1e-12 * h for d in logs):
-        raise ValueError("output_error needs logs on one time grid; load them with the same sample_step.")
-    if int(chunk_segments) < 1:
-        raise ValueError(f"output_error: chunk_segments must be a positive integer, got {chunk_segments}.")
-    length = max(stride, int(round(segment_s / h)))
-    sigma = angle_noise_std(logs)
-    x0s, torques, meas, linked, owner = [], [], [], [], []
-    for i, d in enumerate(logs):
-        starts = segment_starts(d, length)
-        q, qd = np.asarray(d.q), np.asarray(d.qd)
-        x0s.append(np.concatenate([q[starts], qd[starts]], axis=1))
-        stages = np.asarray(stage_torques(d.tau))
-        torques.append(stages[starts[:, None] + np.arange(length)])
-        meas.append(np.asarray(d.q_raw)[starts[:, None] + np.arange(0, length, stride)])
-        linked.append(np.arange(len(starts)) < len(starts) - 1)  # the log's last segment links on to none
-        owner.append(np.full(len(starts), i))
-    linked = np.concatenate(linked)
-    scale_c = np.concatenate([1 / sigma, length * h / sigma]) * continuity_weight
-    chunks = _Chunks(np.concatenate(torques), np.concatenate(meas), int(chunk_segments))
-    if substeps is None:
-        substeps, stiffness = stable_substeps(regressor, theta0, logs, known)
-    elif int(substeps) < 1:
-        raise ValueError(f"output_error: substeps must be a positive integer, got {substeps}.")
-    else:
-        stiffness = None
-    substeps = int(substeps)
-    static = dict(regressor=regressor, known=known, sample_step=h, stride=stride, substeps=substeps)
-    sigma_j = jnp.asarray(sigma)
-
-    def parameters(par):
-        if parametrisation is None:
-            return par, None
-        return tuple(map(np.asarray, _parametrise(jnp.asarray(par), parametrisation=parametrisation)))
-
-    def evaluate(par, states):
-        """The cost ``½ |r|²`` at ``(φ, x)`` by a pass without the Jacobian; ``None`` if not finite."""
-        res, ends = chunks.residuals(parameters(par)[0], states, sigma_j, static)
-        if not (np.isfinite(res).all() and np.isfinite(ends).all()):
-            return None
-        return shooting_cost(res, ends, states, linked, scale_c)[0]
-
-    def linearise(par, states):
-        """The normal equations (in ``φ``) at ``(φ, x)`` and the pass's blocks and ``θ``; ``None`` if not finite."""
-        theta, dtheta = parameters(par)
-        blocks = chunks.pass_(theta, states, sigma_j, static)
-        if not all(np.isfinite(b).all() for b in blocks):
-            return None
-        return normal_equations(blocks, states, linked, scale_c, dtheta), (blocks, theta)
-
-    x0 = np.concatenate(x0s)
-    owner = np.concatenate(owner)
-    rows = len(x0) * len(range(0, length, stride)) * x0.shape[1] // 2 + x0.shape[1] * int(linked.sum())
-    dof = rows - (len(theta0) + x0.size)
-    return ShootingProblem(
-        x0, linked, owner, scale_c, sigma, length, h, substeps, stiffness, evaluate, linearise, rows, dof
-    )
+    return OutputErrorFit(problem, steps, finish)
 
 
 def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, solver_note, **extra):

@@ -53,8 +53,9 @@ from ...types import Status
 from ..consistency import consistent_least_squares, is_physically_consistent
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification
-from .output_error import CHUNK_SEGMENTS, _check_lags, shooting_identification, shooting_problem
+from .output_error import CHUNK_SEGMENTS, _check_lags, shooting_identification
 from .shooting import model_decrease
+from .shooting_passes import shooting_problem
 from .shooting_solvers import STATIONARITY, Step, gauss_newton
 
 __all__ = ["output_error_consistent"]
