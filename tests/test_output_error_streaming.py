@@ -16,6 +16,8 @@ and the covariance ``σ̂² (JᵀJ)⁻¹`` from an SVD of the column-scaled Jaco
   ``σ̂² (JᵀJ)⁻¹`` (``lags=-1``), each against the same formula on the dense Jacobian.
 - The chunk size does not change the result (1e-10), logs of other lengths reuse the compiled chunk
   program, the identity parametrisation is plain output error.
+- Fits in lockstep (``output_error_batch``) equal each fit alone, a failing fit is its own error, and a fit's
+  numbers do not depend on the others in the call.
 
 No timings or memory here: ``scripts/bench_fit_cost.py`` measures them.
 """
@@ -33,7 +35,7 @@ from _simulated_log import write_logs
 from scipy.optimize import least_squares
 
 import jaxid
-from jaxid.estimate.logs import filter_log, idim_ls, output_error
+from jaxid.estimate.logs import filter_log, idim_ls, output_error, output_error_batch
 from jaxid.estimate.logs.data import angle_noise_std
 from jaxid.estimate.logs.idim import segment_starts
 from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
@@ -323,3 +325,40 @@ def test_a_start_whose_simulations_diverge_is_refused_with_its_cause(two_link, s
     with pytest.raises(ValueError, match=r"start.s simulations diverged .*\(idim_ls_consistent\)") as err:
         output_error(logs, regressor, names, start=bad, solver=solver)
     assert _failure(err.value) == "diverged"
+
+
+@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton"])
+def test_fits_in_lockstep_equal_each_fit_alone(two_link, solver):
+    """``output_error_batch``: three fits (the log; the log shifted by 1e-5 rad of angle noise; a shorter log,
+    5 segments instead of 7) and a fourth whose start cannot be simulated run in lockstep, each round's passes
+    as one program over all their segments. Each fit equals ``output_error`` on it alone (estimate and
+    covariance to 1e-10; status, passes and notes the same), the failing one is its own error (the one
+    ``output_error`` raises), and a fit's numbers do not depend on the others in the call."""
+    regressor, names, logs, ls, _ = two_link
+    fits = [
+        logs,
+        [eqx.tree_at(lambda d: d.q_raw, logs[0], logs[0].q_raw + 1e-5)],
+        [dataclasses.replace(logs[0], trim=300)],
+    ]
+    starts = [idim_ls(f, regressor, names) for f in fits]
+    bad = dataclasses.replace(ls, value=np.asarray(ls.value).copy())
+    bad.value[0] = np.nan
+    together = output_error_batch([*fits, logs], regressor, names, starts=[*starts, bad], solver=solver)
+    assert isinstance(together[3], ValueError) and "simulations diverged" in str(together[3])
+    for f, start, got in zip(fits, starts, together, strict=False):
+        alone = output_error(f, regressor, names, start=start, solver=solver)
+        _close(got, alone.value, alone.covariance, rtol_theta=1e-10, rtol_cov=1e-10)
+        assert (got.status, got.iterations, got.notes) == (alone.status, alone.iterations, alone.notes)
+        assert got.status == "ok"
+    assert together[2].notes.startswith("5 segments")  # the fourth fit ended in the first round, the others ran on
+    pair = output_error_batch(fits[1:], regressor, names, starts=starts[1:], solver=solver)
+    for got, before in zip(pair, together[1:3], strict=True):
+        _close(got, before.value, before.covariance, rtol_theta=1e-10, rtol_cov=1e-10)
+
+
+def test_lockstep_refuses_an_unknown_option_before_any_pass(two_link):
+    regressor, names, logs, ls, _ = two_link
+    with pytest.raises(TypeError, match="segment_length"):
+        output_error_batch([logs], regressor, names, starts=[ls], segment_length=0.5)
+    with pytest.raises(ValueError, match="2 fits but 1 starts"):
+        output_error_batch([logs, logs], regressor, names, starts=[ls])

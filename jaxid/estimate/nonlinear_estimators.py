@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from jaxtyping import Array
+from numpy.linalg import LinAlgError
 
 from .abstract import AbstractEstimator, Bound, History, Model
 from .abstract import static_float_option as _static_float
@@ -22,7 +23,7 @@ from .abstract import traced_option as _traced
 from .base import Estimate
 from .kalman.logs import kalman_filter_fit
 from .kalman.records import ekf, ukf
-from .logs import consistent_estimate, output_error
+from .logs import consistent_estimate, output_error, output_error_batch
 from .logs.idim import Identification
 from .logs.output_error import PARAMETER_TOLERANCE
 from .logs.output_error_consistent import output_error_consistent
@@ -184,26 +185,44 @@ class OutputError(AbstractEstimator):
                 f"deviations; 0 stops on the stationarity certificate alone), got {self.parameter_tolerance!r}."
             )
 
+    def _plain_options(self, options: dict) -> dict:
+        """``output_error``'s keyword arguments for the plain variant (``constraint="none"``) from the options."""
+        solver = options.pop("solver", None) or "trust_region"
+        tolerance = options.pop("parameter_tolerance", PARAMETER_TOLERANCE)
+        options.pop("constraint")
+        if solver == "gauss_newton":
+            options["parameter_tolerance"] = tolerance
+        elif tolerance != PARAMETER_TOLERANCE:
+            raise ValueError(
+                f"{self.name}: parameter_tolerance is Gauss–Newton's stopping rule, and this runs the trust "
+                "region; add solver = 'gauss_newton' or drop it."
+            )
+        return dict(options, solver=solver)
+
+    def fit_logs_batch(self, logs, model, starts) -> list[Identification | Exception]:
+        """``fit_logs(logs[i], model, start=starts[i])`` for every trial ``i`` (each a list of logs), the plain
+        variant's fits in lockstep (``jaxid.estimate.logs.output_error_batch``: their passes as one program; the
+        same numbers to round-off), the consistent variant's one after another. Per trial its ``Identification``
+        or the error its fit raised (returned: a status)."""
+        options = self._applicable("log")
+        if options["constraint"] == "none":
+            kwargs = self._plain_options(options)
+            return output_error_batch(logs, model.regressor, model.names, starts=starts, known=model.known, **kwargs)
+        out = []
+        for trial, start in zip(logs, starts, strict=True):
+            try:
+                out.append(self.fit_logs(trial, model, start=start))
+            except (ValueError, LinAlgError, FloatingPointError) as err:
+                out.append(err)
+        return out
+
     def _fit_logs(self, logs, model, start, options):
+        if options["constraint"] == "none":
+            kwargs = self._plain_options(options)
+            return output_error(logs, model.regressor, model.names, start=start, known=model.known, **kwargs)
         solver = options.pop("solver", None)
         tolerance = options.pop("parameter_tolerance", PARAMETER_TOLERANCE)
-        if options.pop("constraint") == "none":
-            if solver == "gauss_newton":
-                options["parameter_tolerance"] = tolerance
-            elif tolerance != PARAMETER_TOLERANCE:
-                raise ValueError(
-                    f"{self.name}: parameter_tolerance is Gauss–Newton's stopping rule, and this runs the trust "
-                    "region; add solver = 'gauss_newton' or drop it."
-                )
-            return output_error(
-                logs,
-                model.regressor,
-                model.names,
-                start=start,
-                known=model.known,
-                solver=solver or "trust_region",
-                **options,
-            )
+        options.pop("constraint")
         if solver == "trust_region":
             raise ValueError(
                 f"{self.name}: the consistent variant runs its own constrained Gauss–Newton, not the trust region; "

@@ -9,7 +9,8 @@
 - ``ls_kernel``: its one least-squares kernel (pure JAX; the batched benchmark's too);
 - ``iv``: ``idim_iv`` (instruments from restarted segment simulations);
 - ``reweighted``: ``idim_rls``, ``idim_ls_consistent`` on IDIM-LS's weighted rows;
-- ``output_error``: multiple-shooting output error;
+- ``output_error``: multiple-shooting output error (``output_error_batch``: many fits in lockstep, their
+  passes as one program);
 - ``kalman``: the EKF/UKF of ``jaxid.estimate.kalman.filters`` with the regressor model's transition;
 - ``validation``: torque RMSE, free-simulation angle RMSE, frequency lines, residual spectra;
 - ``figures``: the figures of ``jaxid fit``.
@@ -26,6 +27,7 @@ from .idim import Identification, default_decimation, idim_ls
 from .iv import idim_iv
 from .model import ConsistentMap, RegressionModel
 from .output_error import output_error
+from .output_error_batch import output_error_batch
 from .reweighted import consistent_estimate, idim_ls_consistent, idim_rls
 from .stepping import simulate_segments, stage_torques
 from .validation import free_simulation, free_simulation_rmse, frequency_lines, residual_spectrum, torque_rmse
@@ -46,6 +48,7 @@ __all__ = [
     "ConsistentMap",
     "default_decimation",
     "output_error",
+    "output_error_batch",
     "angle_noise_std",
     "torque_rmse",
     "free_simulation",

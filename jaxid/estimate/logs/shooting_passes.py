@@ -12,7 +12,7 @@ several fits (each at its own ``θ``, e.g. the trials of a benchmark chunk run i
 last segment (its blocks are computed and dropped), so a log's length never sets a compiled shape. The
 sums over a fit's segments (``Σ R_θᵀR_θ``, ``Σ R_θᵀr``) are taken on the host over its own segments in
 one order: a fit's numbers do not depend on the others in the call beyond the round-off of a chunk's
-shape (``tests/test_output_error_batch.py``).
+shape (``tests/test_output_error_streaming.py``).
 """
 
 from __future__ import annotations
