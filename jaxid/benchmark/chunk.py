@@ -11,10 +11,11 @@ program serves every count), with the setting's options (``setting_estimator``).
 ``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
 to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
 runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
-consistent LS. Output error (``LOCKSTEP``) runs its chunk's fits in lockstep (``OutputError.fit_logs_batch``:
-each round's passes of all of them as one program over their segments, a trial's numbers its own to
-round-off). The others (consistent output error; sign-bounded LS with options of its own) run trial by trial as
-in ``run_estimators``, the fits spread over the host's cores (``thread_map``). They start, on a ``FilteredLog`` built from the batched
+consistent LS. On an accelerator (``lockstep()``) output error (``LOCKSTEP``) runs its chunk's fits in lockstep
+(``OutputError.fit_logs_batch``: each round's passes of all of them as one program over their segments, in
+chunks of one shape, so a trial's numbers are its own). The others (output error on a CPU, where that measured
+no faster; consistent output error; sign-bounded LS with options of its own) run trial by trial as in
+``run_estimators``, the fits spread over the host's cores (``thread_map``). They start, on a ``FilteredLog`` built from the batched
 filtering, from the batched IDIM-LS estimate, and those that simulate their model (IDIM-IV, the Kalman filters,
 output error) from the batched consistent LS where it converged (``batched._start``: ``jaxid fit``'s rule). Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
 call's time over its trials.
@@ -37,9 +38,22 @@ __all__ = ["FILTERS", "FILTER_BLOCK", "LOCKSTEP", "run_chunk"]
 
 #: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
 FILTERS = ("ekf", "ukf")
-#: The estimators ``run_chunk`` runs over a chunk's trials in lockstep (``fit_logs_batch``: output error's fits, each
-#: round's passes as one program over all their segments).
+#: The estimators ``run_chunk`` runs over a chunk's trials in lockstep where ``lockstep()`` says so (``fit_logs_batch``:
+#: output error's fits, each round's passes as one program over all their segments).
 LOCKSTEP = ("output_error",)
+
+
+def lockstep() -> bool:
+    """Whether ``run_chunk`` runs output error's fits in lockstep: on an accelerator (JAX's default backend not the
+    CPU), where one program over many segments is what pays. On a CPU the fits run trial by trial on the host's
+    cores, which measured as fast or faster (``scripts/bench_output_error_lockstep.py``, poorly exciting Panda, 2
+    cores, warm: 5 trials 46 s in lockstep against 31 s; 20 trials 145 against 150 s, and 94 s more compiling
+    the chunk shapes): with both cores busy a pass over 32 segments costs 21 ms a segment against 24 over 8."""
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
 #: Trials per ``vmap`` of a Kalman filter (``kalman_filter_batch``'s ``width``; at most the plan's width and the
 #: estimator's trial limit): a filter's lane is heavy (the ``(2 n + p)²`` covariance, a ``2 n + p``-tangent
 #: Jacobian per step), so narrow blocks lose nothing to overhead, waste little on padding when the trials'
@@ -51,7 +65,7 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
     """Estimator ``e`` on the chunk's trials ``members`` (indices into ``run``) in one call: a Kalman filter
     (``FILTERS``) by ``kalman_filter_batch`` with the options ``setting_estimator(plan, e)`` (the setting's) passes to
     ``kalman_filter_fit`` (its ``_fit_logs``; the model's known torque), IDIM-IV by ``batched_iv``, output error
-    (``LOCKSTEP``) by its ``fit_logs_batch``.
+    (``LOCKSTEP``, where ``lockstep()``) by its ``fit_logs_batch``.
     ``{k: (value, cov, status, seconds, cpu_seconds)}`` for every trial (a trial whose fit fails has its
     error as its status), the call's time shared evenly; empty if the call raised: those run trial by trial."""
     from .trial import _failure, setting_estimator
@@ -87,7 +101,7 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
 def run_chunk(plan, run: dict, trials) -> list[dict]:
     """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
     indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
-    call each, IDIM-IV by ``batched_iv``, output error in lockstep, DIDIM by ``didim_chunk`` (from the batched consistent LS), the
+    call each, IDIM-IV by ``batched_iv``, output error in lockstep on an accelerator, DIDIM by ``didim_chunk`` (from the batched consistent LS), the
     others trial by trial (over the host's cores), from the batched IDIM-LS (``_start``: those that simulate
     from the batched consistent LS)."""
     from .trial import _failure, estimate_rows, setting_estimator
@@ -116,7 +130,7 @@ def run_chunk(plan, run: dict, trials) -> list[dict]:
     filtered = {
         e: _one_call(plan, run, fits, e, [k for k in started if trials[k] < limits.get(e, s.trials)])
         for e in s["estimators"]
-        if e in (*FILTERS, "idim_iv", *LOCKSTEP)
+        if e in (*FILTERS, "idim_iv", *(LOCKSTEP if lockstep() else ()))
     }
     if "didim" in s["estimators"]:
         members = [k for k in started if trials[k] < limits.get("didim", s.trials)]

@@ -6,7 +6,8 @@ over more segments costs less per segment (``docs/performance.md``), so the fits
 together: each fit's solver is a generator of pass requests (``shooting_solvers.gauss_newton_steps``,
 ``trust_region_steps``); every round, each unfinished fit asks for one pass, and the requests that share a
 program (the kind of pass, the model, step, stride, substeps and segment shape) run as one
-``shooting_passes.run_passes`` call over all their segments, each at its fit's own ``θ``. A fit's iterates
+``shooting_passes.run_pass_groups`` call over all their segments (the programs of different groups side by side on
+the host's cores), each at its fit's own ``θ``. A fit's iterates
 are its own: the other fits change only the chunks its segments are computed in, so its numbers equal
 ``output_error``'s on it alone to round-off (``tests/test_output_error_streaming.py``), and a fit that fails
 (its start cannot be simulated, its options are wrong) is that fit's error, not the batch's.
@@ -23,7 +24,7 @@ from ..._platform import thread_map
 from .data import FilteredLog, Regressor
 from .idim import Identification
 from .output_error import CHUNK_SEGMENTS, output_error, output_error_fit
-from .shooting_passes import run_passes
+from .shooting_passes import run_pass_groups
 from .shooting_solvers import LINEARISE
 
 __all__ = ["output_error_batch"]
@@ -87,9 +88,11 @@ def output_error_batch(
         for i, (kind, par, states) in pending.items():
             request = fits[i].problem.request(par, states)
             groups.setdefault((kind, request.key()), []).append((i, request))
+        # Every group's chunks over the host's cores together (a round may hold several groups: passes with and
+        # without the Jacobian, fits of different substep counts).
+        batches = [(kind == LINEARISE, [request for _, request in members]) for (kind, _), members in groups.items()]
         outs = {}
-        for (kind, _), members in groups.items():
-            done = run_passes(kind == LINEARISE, [request for _, request in members], chunk_segments)
+        for members, done in zip(groups.values(), run_pass_groups(batches, chunk_segments, fixed=True), strict=True):
             outs.update((i, out) for (i, _), out in zip(members, done, strict=True))
         # Each fit's host-side step (normal equations, factorisations) on the host's cores.
         stepped = dict(zip(outs, thread_map(lambda job: advance(*job), list(outs.items())), strict=True))

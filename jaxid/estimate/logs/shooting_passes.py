@@ -7,9 +7,11 @@ module docstring ("Streamed normal equations").
 **One program over many fits' segments.** A segment's blocks depend only on its ``θ``, initial state,
 torques, measured angles and angle noise ``σ``: the programs take all five per segment, so the segments of
 several fits (each at its own ``θ``, e.g. the trials of a benchmark chunk run in lockstep by
-``jaxid.estimate.logs.output_error_batch``) go through one compiled call, cut into chunks of
-``min(chunk_segments, 2^⌈log₂ S⌉)`` segments (``S`` all of them), the last chunk filled by repeating the
-last segment (its blocks are computed and dropped), so a log's length never sets a compiled shape. The
+``jaxid.estimate.logs.output_error_batch``) go through one compiled program, cut into chunks
+(``chunk_size``: at most ``chunk_segments``, at least one per host thread, a multiple of 8), the last chunk
+filled by repeating the last segment (its blocks are computed and dropped), so a log's length never sets a
+compiled shape. Measured on poorly exciting Panda segments (0.5 s, one core): a Jacobian pass costs 112 ms a
+segment alone, 52 in a chunk of 8, 46 of 16 and 40 of 32; compiling a chunk shape 4-5 s. The
 sums over a fit's segments (``Σ R_θᵀR_θ``, ``Σ R_θᵀr``) are taken on the host over its own segments in
 one order: a fit's numbers do not depend on the others in the call beyond the round-off of a chunk's
 shape (``tests/test_output_error_streaming.py``).
@@ -18,6 +20,7 @@ shape (``tests/test_output_error_streaming.py``).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -25,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import _platform
 from ..._platform import thread_map
 from .data import angle_noise_std
 from .idim import segment_starts
@@ -33,7 +37,7 @@ from .shooting import Blocks, normal_equations, shooting_cost
 from .shooting_solvers import EVALUATE, LINEARISE
 from .stepping import simulate_segments, stable_substeps, stage_torques
 
-__all__ = ["PassRequest", "ShootingProblem", "run_passes", "shooting_problem"]
+__all__ = ["PassRequest", "ShootingProblem", "chunk_size", "run_passes", "run_pass_groups", "shooting_problem"]
 
 
 class PassRequest(NamedTuple):
@@ -53,40 +57,69 @@ class PassRequest(NamedTuple):
         return (*sorted(self.static.items()), self.torques.shape[1:], self.measured.shape[1:], self.theta.shape)
 
 
+def chunk_size(total: int, chunk_segments: int, threads: int) -> int:
+    """Segments per compiled call for a pass over ``total`` segments: at most ``chunk_segments``, in at least as many
+    chunks as the host has ``threads`` (each chunk runs on its own), a multiple of 8 (few shapes to compile; at
+    most 7 padded segments a chunk) unless ``chunk_segments`` or the power of two above ``total`` is smaller."""
+    chunks = max(threads, math.ceil(total / chunk_segments))
+    return min(chunk_segments, 8 * math.ceil(math.ceil(total / chunks) / 8), 1 << (total - 1).bit_length())
+
+
 def run_passes(jacobian: bool, requests: Sequence[PassRequest], chunk_segments: int) -> list:
     """One pass for every request, their segments through one compiled program (module docstring): with
     ``jacobian`` the ``Blocks`` of each (``rtr``, ``rtg`` summed over its segments, ``scores`` its per-segment
-    ``R_θᵀr``), else ``(residuals (S, k), end states (S, m))``. The requests share one ``key()``. The chunks
-    are independent programs, called from one thread per core (``jaxid._platform.thread_map``: a program runs
-    on the thread that calls it); the results are the same as one after another."""
-    counts = [r.torques.shape[0] for r in requests]
-    if len({r.key() for r in requests}) != 1:
-        raise ValueError("run_passes: the requests differ in their static arguments or segment shapes.")
-    total = sum(counts)
-    size = min(int(chunk_segments), 1 << (total - 1).bit_length())
-    fill = np.minimum(np.arange(-(-total // size) * size), total - 1)  # padded → real segment
+    ``R_θᵀr``), else ``(residuals (S, k), end states (S, m))``. The requests share one ``key()``
+    (``run_pass_groups`` for several)."""
+    return run_pass_groups([(jacobian, requests)], chunk_segments)[0]
 
-    def per_segment(field):
-        parts = [
-            np.broadcast_to(getattr(r, field), (c, *np.shape(getattr(r, field))))
-            for r, c in zip(requests, counts, strict=True)
-        ]
-        return np.concatenate(parts)[fill]
 
-    theta, sigma = per_segment("theta"), per_segment("sigma")
-    states, torques, measured = (
-        np.concatenate([getattr(r, f) for r in requests])[fill] for f in ("states", "torques", "measured")
-    )
-    program = _shooting_blocks if jacobian else _shooting_residuals
-    static = requests[0].static
+def run_pass_groups(
+    groups: Sequence[tuple[bool, Sequence[PassRequest]]], chunk_segments: int, *, fixed: bool = False
+) -> list[list]:
+    """``run_passes(jacobian, requests, chunk_segments)`` for every group ``(jacobian, requests)`` (each group's
+    requests share one ``key()``), all the groups' chunks spread over the host's cores together: the chunks are
+    independent programs, called from one thread per core (``jaxid._platform.thread_map``: a program runs on
+    the thread that calls it); the results are the same as one after another. ``fixed``: every chunk has
+    ``chunk_segments`` segments (the last padded), whatever the requests: one program shape, so a segment's
+    numbers do not depend on the others in the call (``output_error_batch``)."""
+    threads = _platform.host_threads()
+    jobs, plans = [], []
+    for g, (jacobian, requests) in enumerate(groups):
+        if len({r.key() for r in requests}) != 1:
+            raise ValueError("run_passes: the requests differ in their static arguments or segment shapes.")
+        counts = [r.torques.shape[0] for r in requests]
+        total = sum(counts)
+        size = int(chunk_segments) if fixed else chunk_size(total, int(chunk_segments), threads)
+        fill = np.minimum(np.arange(-(-total // size) * size), total - 1)  # padded → real segment
+        per_segment = (
+            [np.broadcast_to(r.theta, (c, r.theta.size)) for r, c in zip(requests, counts, strict=True)],
+            [np.broadcast_to(r.sigma, (c, r.sigma.size)) for r, c in zip(requests, counts, strict=True)],
+        )
+        arrays = (
+            np.concatenate(per_segment[0])[fill],
+            *(np.concatenate([getattr(r, f) for r in requests])[fill] for f in ("states", "torques", "measured")),
+            np.concatenate(per_segment[1])[fill],
+        )
+        jobs += [(g, lo, size) for lo in range(0, fill.size, size)]
+        plans.append((jacobian, requests[0].static, arrays, counts))
 
-    def run(lo):
-        part = slice(lo, lo + size)
-        args = (theta[part], states[part], torques[part], measured[part], sigma[part])
-        out = program(*map(jnp.asarray, args), **static)
+    def run(job):
+        g, lo, size = job
+        jacobian, static, arrays, _ = plans[g]
+        program = _shooting_blocks if jacobian else _shooting_residuals
+        out = program(*(jnp.asarray(a[lo : lo + size]) for a in arrays), **static)
         return jax.tree.map(np.asarray, out)
 
-    out = thread_map(run, range(0, fill.size, size))
+    done = thread_map(run, jobs)
+    return [
+        _split(jacobian, counts, [o for o, job in zip(done, jobs, strict=True) if job[0] == g])
+        for g, (jacobian, _, _, counts) in enumerate(plans)
+    ]
+
+
+def _split(jacobian: bool, counts: list[int], out: list) -> list:
+    """A group's chunk outputs (in order) cut into its requests' results (``run_passes``)."""
+    total = sum(counts)
     fields = [
         np.concatenate(parts)[:total] for parts in zip(*(tuple(o)[: 9 if jacobian else 2] for o in out), strict=True)
     ]
