@@ -23,9 +23,11 @@ returns them already reduced: ``Σ R_θᵀR_θ``, ``Σ R_θᵀr`` and per segmen
 normal matrix ``JᵀJ`` is *bordered block-tridiagonal*: a dense ``θ`` block, a ``θ``–state border, and
 a state block that is banded (half-bandwidth ``4 n − 1``). ``jaxid.estimate.logs.shooting`` eliminates
 the states by a banded Cholesky factorisation and solves the ``θ`` Schur complement
-``A − B C⁻¹ Bᵀ``: memory O(chunk + S (p + 2 n) 2 n), not O(rows × columns). The last chunk is padded
-by repeating a segment (its blocks dropped), and a fit of fewer segments than a chunk uses the next power
-of two: one compiled program per model and chunk shape, whatever the logs' lengths.
+``A − B C⁻¹ Bᵀ``: memory O(chunk + S (p + 2 n) 2 n), not O(rows × columns). A pass's chunks are at least
+one per host thread (they run side by side), a multiple of 8 segments (``shooting_passes.chunk_size``), the last
+padded by repeating a segment (its blocks dropped): one compiled program per model and chunk shape, whatever
+the logs' lengths. Many independent fits can run in lockstep, each round's passes of all of them as one
+program (``jaxid.estimate.logs.output_error_batch``).
 
 **Solver** (``solver="gauss_newton"``, the default): ``jaxid.estimate.logs.shooting_solvers.gauss_newton``, the
 Gauss–Newton loop it shares with the physically consistent variant: each step solves

@@ -1,16 +1,17 @@
 """Output error on many independent fits in lockstep: ``output_error_batch``.
 
 A fit of ``output_error`` spends its time in passes over its segments (a Jacobian pass of a poorly exciting
-Panda trial, 8 segments of 0.5 s: 0.9 s; the host's algebra between passes: under 3 %). One compiled program
-over more segments costs less per segment (``docs/performance.md``), so the fits of a benchmark chunk run
-together: each fit's solver is a generator of pass requests (``shooting_solvers.gauss_newton_steps``,
+Panda trial, 8 segments of 0.5 s: 0.4-0.9 s at 1-2 RK4 substeps; the host's algebra between passes: under 3 %).
+One compiled program over more segments costs less per segment, so many fits can run together: each fit's solver is a generator of pass requests (``shooting_solvers.gauss_newton_steps``,
 ``trust_region_steps``); every round, each unfinished fit asks for one pass, and the requests that share a
 program (the kind of pass, the model, step, stride, substeps and segment shape) run as one
 ``shooting_passes.run_pass_groups`` call over all their segments (the programs of different groups side by side on
 the host's cores), each at its fit's own ``θ``. A fit's iterates
-are its own: the other fits change only the chunks its segments are computed in, so its numbers equal
-``output_error``'s on it alone to round-off (``tests/test_output_error_streaming.py``), and a fit that fails
-(its start cannot be simulated, its options are wrong) is that fit's error, not the batch's.
+are its own: the chunks have one shape (``chunk_segments``), so its bits do not depend on the other fits in the
+call, and they equal ``output_error``'s on it alone to round-off (whose chunks have another shape;
+``tests/test_output_error_streaming.py``); a fit that fails (its start cannot be simulated) is that fit's error,
+not the batch's. On 2 CPU cores this is no faster than the fits on the host's threads (docs/performance.md,
+"Output error's fits in lockstep"): it is for accelerators, where one program over many segments pays.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def output_error_batch(
 ) -> list[Identification | Exception]:
     """``output_error(logs[i], regressor, names, start=starts[i], **options)`` for every fit ``i``, in lockstep
     (module docstring): each round's passes of all unfinished fits run as one program over their segments,
-    in chunks of ``chunk_segments``.
+    in chunks of exactly ``chunk_segments`` (the last padded: one shape, so a fit's bits do not depend on the
+    others in the call).
 
     Returns, per fit, its ``Identification`` or the error (``ValueError``, ``LinAlgError``,
     ``FloatingPointError``) that ``output_error`` raises on it alone (returned, not raised: a status).
