@@ -13,7 +13,7 @@ per-repeat ratios. Accuracy beside: per trial the status of both paths and the l
 estimates relative to the largest entry. Memory: the process's peak resident set (``ru_maxrss``) after each
 path's first call (trial by trial runs first, so the lockstep figure is the larger of the two).
 
-    python scripts/bench_output_error_lockstep.py                       # 10 poor Panda trials, 2 repeats
+    python scripts/bench_output_error_lockstep.py                       # 5 poor Panda trials, 2 repeats
     python scripts/bench_output_error_lockstep.py --trials 4 --repeats 1 --out ''
 
 Writes ``results/bench_output_error_lockstep/summary.json`` (``--out``; empty: print only).
@@ -38,7 +38,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "experiments" / "benchmark_panda.toml"))
     p.add_argument("--setting", default="consistency_poor")
-    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--trials", type=int, default=5)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", default=str(ROOT / "results" / "bench_output_error_lockstep"))
     return p.parse_args(argv)

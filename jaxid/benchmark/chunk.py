@@ -14,7 +14,7 @@ runs over the chunk's trials too, each pass one batched closed loop and one batc
 consistent LS. On an accelerator (``lockstep()``) output error (``LOCKSTEP``) runs its chunk's fits in lockstep
 (``OutputError.fit_logs_batch``: each round's passes of all of them as one program over their segments, in
 chunks of one shape, so a trial's numbers are its own). The others (output error on a CPU, where that measured
-no faster; consistent output error; sign-bounded LS with options of its own) run trial by trial as in
+slower; consistent output error; sign-bounded LS with options of its own) run trial by trial as in
 ``run_estimators``, the fits spread over the host's cores (``thread_map``). They start, on a ``FilteredLog`` built from the batched
 filtering, from the batched IDIM-LS estimate, and those that simulate their model (IDIM-IV, the Kalman filters,
 output error) from the batched consistent LS where it converged (``batched._start``: ``jaxid fit``'s rule). Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
@@ -45,10 +45,12 @@ LOCKSTEP = ("output_error",)
 
 def lockstep() -> bool:
     """Whether ``run_chunk`` runs output error's fits in lockstep: on an accelerator (JAX's default backend not the
-    CPU), where one program over many segments is what pays. On a CPU the fits run trial by trial on the host's
-    cores, which measured as fast or faster (``scripts/bench_output_error_lockstep.py``, poorly exciting Panda, 2
-    cores, warm: 5 trials 46 s in lockstep against 31 s; 20 trials 145 against 150 s, and 94 s more compiling
-    the chunk shapes): with both cores busy a pass over 32 segments costs 21 ms a segment against 24 over 8."""
+    CPU), where one program over many segments is what pays (not measured: no GPU lent). On a CPU the fits run
+    trial by trial on the host's cores, which measured faster (``scripts/bench_output_error_lockstep.py``, 5 poorly
+    exciting Panda trials, 2 cores, warm: 31.6 s against 150.8 s in lockstep, whose chunks of one shape put a
+    round on one core; chunks sized to each round, an earlier form: 31 against 46 s, and 150 against 145 s on
+    20 trials; docs/performance.md, "Output error's fits in lockstep")."""
+
     import jax
 
     return jax.default_backend() != "cpu"

@@ -8,9 +8,10 @@ program (the kind of pass, the model, step, stride, substeps and segment shape) 
 ``shooting_passes.run_pass_groups`` call over all their segments (the programs of different groups side by side on
 the host's cores), each at its fit's own ``θ``. A fit's iterates
 are its own: the chunks have one shape (``chunk_segments``), so its bits do not depend on the other fits in the
-call, and they equal ``output_error``'s on it alone to round-off (whose chunks have another shape;
-``tests/test_output_error_streaming.py``); a fit that fails (its start cannot be simulated) is that fit's error,
-not the batch's. On 2 CPU cores this is no faster than the fits on the host's threads (docs/performance.md,
+call, and they equal ``output_error``'s on it alone up to round-off (whose chunks have another shape;
+``tests/test_output_error_streaming.py``), which the solver's stopping tests can amplify to their tolerance
+(the Panda's converged fits: 2.4e-7 relative at most; fits stopped at their limit: 1e-3); a fit that fails (its start cannot be simulated) is that fit's error,
+not the batch's. On 2 CPU cores this is slower than the fits on the host's threads (docs/performance.md,
 "Output error's fits in lockstep"): it is for accelerators, where one program over many segments pays.
 """
 
