@@ -91,15 +91,11 @@ def run_pass_groups(
         total = sum(counts)
         size = int(chunk_segments) if fixed else chunk_size(total, int(chunk_segments), threads)
         fill = np.minimum(np.arange(-(-total // size) * size), total - 1)  # padded → real segment
-        per_segment = (
-            [np.broadcast_to(r.theta, (c, r.theta.size)) for r, c in zip(requests, counts, strict=True)],
-            [np.broadcast_to(r.sigma, (c, r.sigma.size)) for r, c in zip(requests, counts, strict=True)],
-        )
-        arrays = (
-            np.concatenate(per_segment[0])[fill],
-            *(np.concatenate([getattr(r, f) for r in requests])[fill] for f in ("states", "torques", "measured")),
-            np.concatenate(per_segment[1])[fill],
-        )
+        # The programs' arguments, one row per segment (θ and σ repeated over a fit's segments), padded.
+        per_fit = {f: np.concatenate([getattr(r, f) for r in requests]) for f in ("states", "torques", "measured")}
+        for f in ("theta", "sigma"):
+            per_fit[f] = np.repeat(np.stack([getattr(r, f) for r in requests]), counts, axis=0)
+        arrays = tuple(per_fit[f][fill] for f in ("theta", "states", "torques", "measured", "sigma"))
         jobs += [(g, lo, size) for lo in range(0, fill.size, size)]
         plans.append((jacobian, requests[0].static, arrays, counts))
 
