@@ -364,3 +364,22 @@ def test_lockstep_refuses_an_unknown_option_before_any_pass(two_link):
         output_error_batch([logs], regressor, names, starts=[ls], segment_length=0.5)
     with pytest.raises(ValueError, match="2 fits but 1 starts"):
         output_error_batch([logs, logs], regressor, names, starts=[ls])
+
+
+def test_the_estimator_runs_its_fits_in_lockstep(two_link):
+    """``OutputError.fit_logs_batch``: the estimator's options translated as for one fit (the trust region by
+    default), each trial equal to the estimator called on it alone up to round-off; the consistent variant is
+    refused in one line (it runs trial by trial)."""
+    from jaxid.estimate import OutputError
+    from jaxid.estimate.logs import RegressionModel
+
+    regressor, names, logs, ls, converged = two_link
+    model = RegressionModel(regressor, names)
+    got = OutputError().fit_logs_batch([logs, logs], model, [ls, ls])
+    alone = OutputError()(logs, model, start=ls)
+    assert alone.notes == converged.notes  # the estimator's default: the trust region, as the fixture's
+    for est in got:
+        _close(est, alone.value, alone.covariance, rtol_theta=1e-10, rtol_cov=1e-10)
+        assert (est.status, est.iterations, est.notes) == (alone.status, alone.iterations, alone.notes)
+    with pytest.raises(ValueError, match="fit_logs_batch runs plain output error"):
+        OutputError(constraint="consistent").fit_logs_batch([logs], model, [ls])

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from jaxtyping import Array
-from numpy.linalg import LinAlgError
 
 from .abstract import AbstractEstimator, Bound, History, Model
 from .abstract import static_float_option as _static_float
@@ -200,21 +199,17 @@ class OutputError(AbstractEstimator):
         return dict(options, solver=solver)
 
     def fit_logs_batch(self, logs, model, starts) -> list[Identification | Exception]:
-        """``fit_logs(logs[i], model, start=starts[i])`` for every trial ``i`` (each a list of logs), the plain
-        variant's fits in lockstep (``jaxid.estimate.logs.output_error_batch``: their passes as one program; the
-        same numbers to round-off), the consistent variant's one after another. Per trial its ``Identification``
-        or the error its fit raised (returned: a status)."""
+        """``fit_logs(logs[i], model, start=starts[i])`` for every trial ``i`` (each a list of logs) in lockstep
+        (``jaxid.estimate.logs.output_error_batch``: their passes as one program; the same numbers up to
+        round-off). Per trial its ``Identification`` or the error its fit raised (returned: a status). Plain
+        output error only: raises ``ValueError`` for the consistent variant (call it trial by trial)."""
         options = self._applicable("log")
-        if options["constraint"] == "none":
-            kwargs = self._plain_options(options)
-            return output_error_batch(logs, model.regressor, model.names, starts=starts, known=model.known, **kwargs)
-        out = []
-        for trial, start in zip(logs, starts, strict=True):
-            try:
-                out.append(self.fit_logs(trial, model, start=start))
-            except (ValueError, LinAlgError, FloatingPointError) as err:
-                out.append(err)
-        return out
+        if options["constraint"] != "none":
+            raise ValueError(
+                f"{self.name}: fit_logs_batch runs plain output error; call the consistent variant per trial."
+            )
+        kwargs = self._plain_options(options)
+        return output_error_batch(logs, model.regressor, model.names, starts=starts, known=model.known, **kwargs)
 
     def _fit_logs(self, logs, model, start, options):
         if options["constraint"] == "none":
