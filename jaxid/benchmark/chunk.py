@@ -2,23 +2,23 @@
 (``jaxid.benchmark.runner``) calls per chunk of simulated trials.
 
 The least-squares family (``BATCHED``: IDIM-LS, RLS, consistent LS, sign-bounded LS) runs as one compiled program
-(``jaxid.benchmark.batched.batched_fits``). The Kalman filters (``FILTERS``: EKF, UKF) run over the
-chunk's trials that are to run them as one ``kalman_filter_batch`` call each (a ``vmap`` of the filter
-over blocks of ``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep
-count, the last padded, so a trial's numbers do not depend on its chunk; the count traced, so one
-program serves every count), with the setting's options (``setting_estimator``). IDIM-IV runs batched as well
-(``jaxid.benchmark.batched_iv``: each pass's segment simulations of all the trials' estimates as one
-``vmap``, the algebra ``idim_iv``'s own, its restarts and stiff estimates in blocks of their own; equal
-to it to round-off, a trial whose call would raise given that error). DIDIM (``jaxid.benchmark.didim``)
-runs over the chunk's trials too, each pass one batched closed loop and one batched fit, from the batched
-consistent LS. On an accelerator (``lockstep()``) output error (``LOCKSTEP``) runs its chunk's fits in lockstep
-(``OutputError.fit_logs_batch``: each round's passes of all of them as one program over their segments, in
-chunks of one shape, so a trial's numbers are its own). The others (output error on a CPU, where that measured
-slower; consistent output error; sign-bounded LS with options of its own) run trial by trial as in
-``run_estimators``, the fits spread over the host's cores (``thread_map``). They start, on a ``FilteredLog`` built from the batched
-filtering, from the batched IDIM-LS estimate, and those that simulate their model (IDIM-IV, the Kalman filters,
-output error) from the batched consistent LS where it converged (``batched._start``: ``jaxid fit``'s rule). Statuses as ``run_estimators``'s; seconds per trial of a batched estimator or filter are its
-call's time over its trials.
+(``jaxid.benchmark.batched.batched_fits``). The Kalman filters (``FILTERS``: EKF, UKF) run over the chunk's trials
+that are to run them as one ``kalman_filter_batch`` call each (a ``vmap`` of the filter over blocks of
+``min(FILTER_BLOCK, plan.width, the estimator's trial limit)`` trials of one substep count, the last padded, so a
+trial's numbers do not depend on its chunk; the count traced, so one program serves every count), with the
+setting's options (``setting_estimator``). IDIM-IV runs batched as well (``jaxid.benchmark.batched_iv``: each
+pass's segment simulations of all the trials' estimates as one ``vmap``, the algebra ``idim_iv``'s own, its
+restarts and stiff estimates in blocks of their own; equal to it to round-off, a trial whose call would raise given
+that error). DIDIM (``jaxid.benchmark.didim``) runs over the chunk's trials too, each pass one batched closed loop
+and one batched fit, from the batched consistent LS. On an accelerator (``lockstep()``) output error (``LOCKSTEP``)
+runs its chunk's fits in lockstep (``OutputError.fit_logs_batch``: each round's passes of all of them as one
+program over their segments, in chunks of one shape, so a trial's numbers are its own). The others (output error on
+a CPU, where that measured slower; consistent output error; sign-bounded LS with options of its own) run trial by
+trial as in ``run_estimators``, the fits spread over the host's cores (``thread_map``). They start, on a
+``FilteredLog`` built from the batched filtering, from the batched IDIM-LS estimate, and those that simulate their
+model (IDIM-IV, the Kalman filters, output error) from the batched consistent LS where it converged
+(``batched._start``: ``jaxid fit``'s rule). Statuses as ``run_estimators``'s; seconds per trial of a batched
+estimator or filter are its call's time over its trials.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .batched import _log, _start, batched_estimators, batched_fits, simulates
 from .batched_iv import batched_iv
 from .didim import didim_chunk
 
-__all__ = ["FILTERS", "FILTER_BLOCK", "LOCKSTEP", "run_chunk"]
+__all__ = ["FILTERS", "FILTER_BLOCK", "LOCKSTEP", "lockstep", "run_chunk"]
 
 #: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
 FILTERS = ("ekf", "ukf")
@@ -50,7 +50,6 @@ def lockstep() -> bool:
     exciting Panda trials, 2 cores, warm: 31.6 s against 150.8 s in lockstep, whose chunks of one shape put a
     round on one core; chunks sized to each round, an earlier form: 31 against 46 s, and 150 against 145 s on
     20 trials; docs/performance.md, "Output error's fits in lockstep")."""
-
     import jax
 
     return jax.default_backend() != "cpu"
@@ -101,11 +100,11 @@ def _one_call(plan, run: dict, fits: dict | None, e: str, members: list[int]) ->
 
 
 def run_chunk(plan, run: dict, trials) -> list[dict]:
-    """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its
-    indices): the ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch``
-    call each, IDIM-IV by ``batched_iv``, output error in lockstep on an accelerator, DIDIM by ``didim_chunk`` (from the batched consistent LS), the
-    others trial by trial (over the host's cores), from the batched IDIM-LS (``_start``: those that simulate
-    from the batched consistent LS)."""
+    """The rows of ``run_estimators`` for every trial of a simulated chunk (``run``, ``trials`` its indices): the
+    ``BATCHED`` estimators in one program, the ``FILTERS`` in one ``kalman_filter_batch`` call each, IDIM-IV
+    by ``batched_iv``, output error in lockstep on an accelerator, DIDIM by ``didim_chunk`` (from the batched
+    consistent LS), the others trial by trial (over the host's cores), from the batched IDIM-LS (``_start``:
+    those that simulate from the batched consistent LS)."""
     from .trial import _failure, estimate_rows, setting_estimator
 
     s = plan.setting

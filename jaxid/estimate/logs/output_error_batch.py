@@ -1,18 +1,19 @@
 """Output error on many independent fits in lockstep: ``output_error_batch``.
 
-A fit of ``output_error`` spends its time in passes over its segments (a Jacobian pass of a poorly exciting
-Panda trial, 8 segments of 0.5 s: 0.4-0.9 s at 1-2 RK4 substeps; the host's algebra between passes: under 3 %).
-One compiled program over more segments costs less per segment, so many fits can run together: each fit's solver is a generator of pass requests (``shooting_solvers.gauss_newton_steps``,
-``trust_region_steps``); every round, each unfinished fit asks for one pass, and the requests that share a
-program (the kind of pass, the model, step, stride, substeps and segment shape) run as one
-``shooting_passes.run_pass_groups`` call over all their segments (the programs of different groups side by side on
-the host's cores), each at its fit's own ``θ``. A fit's iterates
-are its own: the chunks have one shape (``chunk_segments``), so its bits do not depend on the other fits in the
-call, and they equal ``output_error``'s on it alone up to round-off (whose chunks have another shape;
-``tests/test_output_error_streaming.py``), which the solver's stopping tests can amplify to their tolerance
-(the Panda's converged fits: 2.4e-7 relative at most; fits stopped at their limit: 1e-3); a fit that fails (its start cannot be simulated) is that fit's error,
-not the batch's. On 2 CPU cores this is slower than the fits on the host's threads (docs/performance.md,
-"Output error's fits in lockstep"): it is for accelerators, where one program over many segments pays.
+A fit of ``output_error`` spends its time in passes over its segments (a Jacobian pass of a poorly exciting Panda
+trial, 8 segments of 0.5 s: 0.4-0.9 s at 1-2 RK4 substeps; the host's algebra between passes: under 3 %). One
+compiled program over more segments costs less per segment, so many fits can run together: each fit's solver is a
+generator of pass requests (``shooting_solvers.gauss_newton_steps``, ``trust_region_steps``); every round, each
+unfinished fit asks for one pass, and the requests that share a program (the kind of pass, the model, step, stride,
+substeps and segment shape) run as one ``shooting_passes.run_pass_groups`` call over all their segments (the
+programs of different groups side by side on the host's cores), each at its fit's own ``θ``. A fit's iterates are
+its own: the chunks have one shape (``chunk_segments``), so its bits do not depend on the other fits in the call,
+and they equal ``output_error``'s on it alone up to round-off (whose chunks have another shape;
+``tests/test_output_error_streaming.py``), which the solver's stopping tests can amplify to their tolerance (the
+Panda's converged fits: 2.4e-7 relative at most; fits stopped at their limit: 1e-3); a fit that fails (its start
+cannot be simulated) is that fit's error, not the batch's. On 2 CPU cores this is slower than the fits on the
+host's threads (docs/performance.md, "Output error's fits in lockstep"): it is for accelerators, where one program
+over many segments pays.
 """
 
 from __future__ import annotations
