@@ -45,7 +45,7 @@ from jaxid.measure.logs import MeasuredLog
 UR5 = Path(__file__).resolve().parent.parent / "data" / "robots" / "ur5_robot.urdf"
 #: The chunk program.
 PROGRAM = importlib.import_module("jaxid.estimate.logs.shooting_passes")._shooting_blocks
-#: The scipy route step for step (``shooting_solvers.trust_region``): the same iterates as the dense reference.
+#: The scipy route step for step (``shooting_solvers.trust_region_steps``): the same iterates as the dense reference.
 TRF = "trust_region"
 
 

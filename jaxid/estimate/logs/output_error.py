@@ -42,7 +42,7 @@ states eliminated; ``PARAMETER_TOLERANCE`` says why), tested once the cost can f
 (``shooting_solvers.SETTLED_COST``: a far-off start's inflated ``σ̂²`` does not make its steps look small); or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
 ``"max_iterations"`` after ``max_iterations`` passes. ``solver="trust_region"`` is
 ``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method step for step
-(``shooting_solvers.trust_region``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
+(``shooting_solvers.trust_region_steps``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
 
 **Large residuals: the continuity weight.** Gauss–Newton's model drops ``Σ r_i ∇²r_i``; that is harmless
 while the residuals are small, not where the continuity rows stay large at the optimum. On 100-Hz
@@ -188,7 +188,7 @@ def output_error(
             white residuals.
         solver: ``"gauss_newton"`` (default: ``shooting_solvers.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
             the stationarity certificate, ``ftol`` or ``xtol``) or ``"trust_region"`` (scipy's ``trf``
-            step for step, ``shooting_solvers.trust_region``: the dense route's iterates).
+            step for step, ``shooting_solvers.trust_region_steps``: the dense route's iterates).
         damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting_solvers.gauss_newton``).
         parameter_tolerance: Gauss–Newton also stops (``"ok"``) once its undamped step moves no parameter by
             more than this many of its standard deviations (``shooting.parameter_step``; default

@@ -5,7 +5,7 @@
 undamped linearised problem's largest decrease, relative to the cost), ``ftol`` or ``xtol``: the loop of
 plain and physically consistent output error.
 
-``trust_region``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")`` without bounds, step
+``trust_region_steps``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")`` without bounds, step
 for step (scaling ``D`` = the largest column norms of ``J`` met so far; radius update; Moré's
 iteration for the Levenberg–Marquardt parameter ``α`` of the step on the trust region's boundary,
 ``scipy.optimize._lsq.common.solve_lsq_trust_region``), with each ``α`` solved on the normal
@@ -16,7 +16,7 @@ entry), or after ``max_evaluations`` passes.
 **Passes.** Both solvers are generators (``gauss_newton_steps``, ``trust_region_steps``): they yield each
 pass they need as a request ``(kind, φ, x)`` (``LINEARISE``: the normal equations there; ``EVALUATE``: the
 cost alone) and are sent its answer, and they return their ``Solution``. ``solve`` runs one on one fit's
-pass functions (``gauss_newton``, ``trust_region``); ``jaxid.estimate.logs.output_error_batch`` runs many
+pass functions (``gauss_newton`` wraps it for Gauss–Newton); ``jaxid.estimate.logs.output_error_batch`` runs many
 fits in lockstep, each round's passes of all of them as one compiled program over their segments. The
 iterates do not depend on who answers.
 """
@@ -41,7 +41,6 @@ __all__ = [
     "STATIONARITY",
     "SETTLED_COST",
     "gauss_newton",
-    "trust_region",
     "plain_step",
 ]
 
@@ -69,15 +68,6 @@ def gauss_newton(linearise: Callable, par: np.ndarray, states: np.ndarray, *, ev
     """``gauss_newton_steps(par, states, **options)`` on one fit's passes (``solve``): ``linearise(φ, x)``
     gives ``(NormalEquations, extra)`` or ``None``, ``evaluate(φ, x)`` the cost or ``None``."""
     return solve(gauss_newton_steps(par, states, **options), linearise, evaluate)
-
-
-def trust_region(
-    linearise: Callable, par: np.ndarray, states: np.ndarray, *, evaluate: Callable | None = None, **options
-) -> "Solution":
-    """``trust_region_steps(par, states, **options)`` on one fit's passes (``solve``); without ``evaluate``
-    every trial point is linearised (``evaluate_first=False``)."""
-    steps = trust_region_steps(par, states, evaluate_first=evaluate is not None, **options)
-    return solve(steps, linearise, evaluate)
 
 
 def _start_diverged() -> ValueError:
@@ -137,7 +127,7 @@ def _trust_region_step(ne: NormalEquations, scale_par, scale_x, radius, alpha, r
 
 
 class Solution(NamedTuple):
-    """What ``trust_region`` ends with: the unknowns, the normal equations and whatever the linearisation
+    """What a solver ends with: the unknowns, the normal equations and whatever the linearisation
     returned beside them (at the last accepted point), the passes made, the Jacobians used (accepted
     points, the start included), status and message."""
 
@@ -312,7 +302,7 @@ def trust_region_steps(
     the cost ``½ |r|²`` alone, or ``None`` where not finite; a pass without the Jacobian), and linearised
     once accepted: rejected steps then cost a residual pass, not a Jacobian. The iterates are the same.
     Raises ``ValueError`` if the start is not finite. ``status``: ``"ok"`` (a tolerance met) or
-    ``"max_iterations"`` (``max_evaluations`` passes made). ``trust_region`` runs it on one fit's passes."""
+    ``"max_iterations"`` (``max_evaluations`` passes made). ``solve`` runs it on one fit's passes."""
     first = yield LINEARISE, par, states
     if first is None:
         raise _start_diverged()
