@@ -149,11 +149,11 @@ def test_two_link_equals_the_dense_path(two_link, iterations):
     """Stopped early (3 evaluations: ``max_iterations``) and converged: the same point as scipy's solver
     on the dense Jacobian."""
     regressor, names, logs, ls, converged = two_link
-    est = (
-        converged
-        if iterations == 50
-        else output_error(logs, regressor, names, start=ls, max_iterations=iterations, solver=TRF)
-    )
+    # The segment sandwich: the covariance the dense route computes (``covariance="inputs"``, the default:
+    # test_output_error_inputs.py).
+    est = output_error(logs, regressor, names, start=ls, max_iterations=iterations, solver=TRF, covariance="sandwich")
+    if iterations == 50:
+        np.testing.assert_array_equal(est.value, converged.value)
     theta, _, status, njev, cond, sandwich = dense_output_error(logs, regressor, names, ls, max_nfev=iterations)
     _close(est, theta, sandwich(0), rtol_theta=1e-9, rtol_cov=1e-7)
     assert (est.status, est.iterations) == (status, njev)
@@ -230,7 +230,7 @@ def test_covariance_options_equal_the_dense_path(two_link, lags):
     """``lags=-1``: ``σ̂² (JᵀJ)⁻¹`` (white residuals); ``lags=2``: the segment sandwich over two
     neighbouring segments, both from the dense Jacobian. Neither changes the estimate."""
     regressor, names, logs, ls, converged = two_link
-    est = output_error(logs, regressor, names, start=ls, lags=lags, solver=TRF)
+    est = output_error(logs, regressor, names, start=ls, covariance="sandwich", lags=lags, solver=TRF)
     theta, white, *_, sandwich = dense_output_error(logs, regressor, names, ls)
     _close(est, theta, white if lags < 0 else sandwich(lags), rtol_theta=1e-9, rtol_cov=1e-7)
     np.testing.assert_array_equal(est.value, converged.value)
@@ -276,7 +276,7 @@ def test_bad_chunk_size_is_refused(two_link):
     with pytest.raises(ValueError, match="chunk_segments must be a positive integer, got 0"):
         output_error(logs, regressor, names, start=ls, chunk_segments=0)
     with pytest.raises(ValueError, match="lags must be -1 .* got -2"):
-        output_error(logs, regressor, names, start=ls, lags=-2)
+        output_error(logs, regressor, names, start=ls, covariance="sandwich", lags=-2)
     with pytest.raises(ValueError, match="solver must be 'gauss_newton' or 'trust_region', got 'lm'"):
         output_error(logs, regressor, names, start=ls, solver="lm")
 
@@ -302,7 +302,7 @@ def test_ur5_equals_the_dense_path():
     log = MeasuredLog(jnp.asarray(t), jnp.asarray(q_meas), jnp.asarray(tau_meas), None, "ur5", 0.002, (), t.size)
     logs = [filter_log(log, 10.0, trim_s=0.1)]
     ls = idim_ls(logs, regressor, base.names)
-    est = output_error(logs, regressor, base.names, start=ls, lags=-1, solver=TRF)
+    est = output_error(logs, regressor, base.names, start=ls, covariance="sandwich", lags=-1, solver=TRF)
     theta, cov, status, _, cond, _ = dense_output_error(logs, regressor, base.names, ls)
     # Both stop on scipy's tolerances (ftol 1e-8 of the cost): two converged points that differ in the
     # weakest directions (7.5e-6 relative on one of 58 parameters after a round-off change of the

@@ -75,7 +75,8 @@ ESTIMATOR_DOC = {
     "squares on the active constraint face with the same Newey-West sandwich",
     "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
     "coordinates; std: IDIM-LS's Newey-West sandwich with the recursion's P_N for (WᵀW)⁻¹)",
-    "output_error": "multiple-shooting output error on the measured angles, from consistent LS",
+    "output_error": "multiple-shooting output error on the measured angles, from consistent LS (std: first order, the "
+    "torque reading's noise, the setting's torque_std, an error in the simulated input, jaxid.estimate.logs.shooting_inputs)",
     "ekf": "extended Kalman filter, state (q, q', θ), from consistent LS",
     "ukf": "unscented Kalman filter, state (q, q', θ), from consistent LS",
     "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
@@ -286,22 +287,20 @@ def validation_rmse(plan: BenchmarkPlan, theta: np.ndarray) -> float:
 
 
 def setting_estimator(plan: BenchmarkPlan, name: str):
-    """The estimator ``name`` with the setting's ``estimator_options`` for it (``jaxid.config.benchmark``)."""
-    return make_estimator(name, plan.setting["estimator_options"].get(name))
+    """The estimator ``name`` with the setting's ``estimator_options``; output error's ``covariance="inputs"`` gets
+    the setting's ``torque_std`` (the reading's noise, as a data sheet states it) unless they give one
+    (docs/estimators.md, "Output error's covariance": why not the estimate from the log)."""
+    options = plan.setting["estimator_options"].get(name) or {}
+    estimator = make_estimator(name, options)
+    if getattr(estimator, "covariance", None) == "inputs" and estimator.torque_std is None:
+        estimator = make_estimator(name, {**options, "torque_std": float(plan.setting["torque_std"])})
+    return estimator
 
 
 def _filtered(plan: BenchmarkPlan, run: dict, index: int):
     s = plan.setting
-    log = MeasuredLog(
-        jnp.asarray(run["t"][index]),
-        jnp.asarray(run["q"][index]),
-        jnp.asarray(run["tau"][index]),
-        None,
-        f"{s.name}/trial",
-        s["sample_step"],
-        (),
-        int(run["t"].shape[1]),
-    )
+    t, q, tau = (jnp.asarray(run[k][index]) for k in ("t", "q", "tau"))
+    log = MeasuredLog(t, q, tau, None, f"{s.name}/trial", s["sample_step"], (), int(run["t"].shape[1]))
     return filter_log(log, s["cutoff_hz"], trim_s=s["trim_s"])
 
 

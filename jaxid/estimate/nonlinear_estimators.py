@@ -164,6 +164,8 @@ class OutputError(AbstractEstimator):
         "constraint",
         "solver",
         "parameter_tolerance",
+        "covariance",
+        "torque_std",
     )
     log_only: ClassVar[tuple[str, ...]] = log_options
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
@@ -176,6 +178,8 @@ class OutputError(AbstractEstimator):
     constraint: Literal["none", "consistent"] = _static("none")
     solver: Literal["gauss_newton", "trust_region"] | None = _static(None)
     parameter_tolerance: float = _static_float(PARAMETER_TOLERANCE)
+    covariance: Literal["sandwich", "inputs"] = _static("inputs")
+    torque_std: float | None = _static(None)
 
     def __check_init__(self):  # equinox runs the base class's check (the options' types) as well
         if not (math.isfinite(self.parameter_tolerance) and self.parameter_tolerance >= 0):

@@ -32,12 +32,13 @@ from jaxtyping import Array, Float
 
 from ..._platform import thread_map
 from ...linalg import solve, solve_2x2
-from ...measure.filters import differentiate, lowpass, min_samples
+from ...measure.filters import differentiate, lowpass, min_samples, residual_fraction
 from ...measure.logs import MeasuredLog, check_joint_samples
 
 __all__ = [
     "FilteredLog",
     "angle_noise_std",
+    "torque_noise_std",
     "filter_log",
     "filter_signals",
     "model_torque",
@@ -162,6 +163,17 @@ def angle_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-5) -> np.ndar
     """Per-joint std [rad] of the measured angle about its filtered value (usable samples)."""
     diffs = [np.asarray(d.q_raw - d.q)[d.usable] for d in logs]
     return np.maximum(np.std(np.concatenate(diffs), axis=0), floor)
+
+
+def torque_noise_std(logs: Sequence[FilteredLog], floor: float = 1e-6) -> np.ndarray:
+    """Per-joint std [N m] of the torque reading's noise, taken as white: the raw torque's part above the log's
+    cut-off (``tau_raw − tau``, usable samples) divided by the share of a white noise's variance found there
+    (``jaxid.measure.filters.residual_fraction``). In closed loop the part above the cut-off also holds the
+    controller's reaction to the angle noise (``K_p`` times it): this overstates the reading's noise there."""
+    d0 = logs[0]
+    fraction = residual_fraction(d0.sample_step, d0.cutoff_hz, order=d0.lowpass_order)
+    diffs = np.concatenate([np.asarray(d.tau_raw - d.tau)[d.usable] for d in logs])
+    return np.maximum(np.sqrt(np.mean(diffs**2, axis=0) / fraction), floor)
 
 
 def filter_signals(q, tau, sample_step: float, cutoff_hz: float, *, method: str = "butterworth", order=None):

@@ -71,18 +71,22 @@ Started from IDIM-LS.
 
 **Covariance.** The residuals are not white: a simulation driven by the measured (noisy, low-passed)
 torque drifts from the measured angles by a smooth error that dominates them (about 10 angle-noise
-stds on the UR5 benchmark). ``σ̂² (JᵀJ)⁻¹`` (``lags=-1``) treats them as white; the default is the
-**segment sandwich** (``shooting.segment_sandwich``): the scores of each segment's residuals, with the
-states eliminated, as independent clusters (``lags=0``), or Bartlett-weighted over ``lags``
-neighbouring segments. Measured (20 trials of ``benchmark_ur5``'s ``consistency_rich``, 58 parameters,
-the median over parameters of the Monte Carlo std of ``(θ̂ − θ)/σ̂``): white 6-8, clusters 3.1, 1 lag
-3.3, 2 lags 3.7, 8 lags 5.9 (neighbouring segments' scores are negatively correlated through the
-continuity rows). So even the sandwich understates the spread about 3-fold: the torque noise enters as
-an *input* of the simulation (errors in variables), and most of its effect on the residuals is
-absorbed by the fitted initial states, not left in the residuals a sandwich sees. The benchmark's
-coverage column shows it. Formed from the normal equations the covariance carries their squared
-condition number: on a 2-s UR5 log (58 base parameters) the white standard deviations agree with the
-dense route's SVD to 0.2 %.
+stds on the UR5 benchmark), and most of the torque noise's effect on the estimate is absorbed by the
+fitted initial states, where no residual shows it. The default (``covariance="inputs"``) propagates it:
+``jaxid.estimate.logs.shooting_inputs``, the first-order covariance with the angle noise and the torque
+reading's noise (``torque_std``, default ``data.torque_noise_std``: the raw torque above the cut-off) as
+an error in the simulation's input. Measured (20 trials of ``benchmark_panda``'s ``consistency_rich``,
+69 parameters, the median over parameters of Monte Carlo std / reported std): 1.00 with the setting's
+torque noise, 0.87 with the estimate (which also holds the controller's reaction to the angle noise: an
+upper bound in closed loop, 16× too large on ``encoder_limited``, whose encoder noise is 10× larger);
+the segment sandwich 1.9. ``covariance="sandwich"`` keeps the residual-based forms: the **segment
+sandwich** (``shooting.segment_sandwich``, the scores of each segment's residuals, states eliminated, as
+independent clusters, ``lags=0``, or Bartlett-weighted over ``lags`` neighbouring segments), or
+``σ̂² (JᵀJ)⁻¹`` (``lags=-1``, white residuals). Measured on the UR5 benchmark (20 trials, 58 parameters,
+the median Monte Carlo std of ``(θ̂ − θ)/σ̂``): white 6-8, clusters 3.1, 1 lag 3.3, 2 lags 3.7, 8 lags 5.9
+(neighbouring segments' scores are negatively correlated through the continuity rows). Formed from the
+normal equations the covariance carries their squared condition number: on a 2-s UR5 log (58 base
+parameters) the white standard deviations agree with the dense route's SVD to 0.2 %.
 
 **Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
 10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
@@ -114,9 +118,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .data import FilteredLog, Known, Regressor
+from .data import FilteredLog, Known, Regressor, torque_noise_std
 from .idim import Identification
 from .shooting import normal_equations, schur_complement, segment_sandwich
+from .shooting_inputs import input_noise_covariance
 from .shooting_passes import ShootingProblem, shooting_problem
 from .shooting_solvers import gauss_newton_steps, solve, trust_region_steps
 
@@ -133,11 +138,34 @@ CHUNK_SEGMENTS = 64
 PARAMETER_TOLERANCE = 0.05
 
 
-def _check_lags(lags):
-    if int(lags) != lags or lags < -1:
+def _covariance(covariance: str, lags: int | None, torque_std, logs) -> tuple[int, np.ndarray | None]:
+    """``(lags, torque noise)`` for ``shooting_identification``: with ``covariance="inputs"`` the torque noise
+    ``(n,)`` (``torque_std`` or its estimate ``torque_noise_std``), with ``"sandwich"`` ``None`` and ``lags``
+    (default 0). ``ValueError`` for another ``covariance``, ``lags`` with the inputs' covariance or below -1 or
+    not whole, a ``torque_std`` with the sandwich or not finite, positive, one or ``n`` numbers."""
+    if covariance not in ("sandwich", "inputs"):
+        raise ValueError(f"output_error: covariance must be 'sandwich' or 'inputs', got {covariance!r}.")
+    if covariance == "sandwich":
+        lags = 0 if lags is None else lags
+        if int(lags) != lags or lags < -1:
+            raise ValueError(
+                f"output_error: lags must be -1 (white residuals) or a whole number of segments ≥ 0, got {lags}."
+            )
+        if torque_std is not None:
+            raise ValueError("output_error: torque_std goes with covariance='inputs'; drop it or change covariance.")
+        return int(lags), None
+    if lags is not None:
+        raise ValueError("output_error: lags goes with covariance='sandwich'; add covariance='sandwich' or drop lags.")
+    n = logs[0].joints
+    if torque_std is None:
+        return 0, torque_noise_std(logs)
+    std = np.asarray(torque_std, dtype=float)
+    std = np.broadcast_to(std, (n,)) if std.ndim == 0 else std
+    if std.shape != (n,) or not np.all(np.isfinite(std) & (std > 0)):
         raise ValueError(
-            f"output_error: lags must be -1 (white residuals) or a whole number of segments ≥ 0, got {lags}."
+            f"output_error: torque_std must be one positive number or {n} (one per joint) [N m], got {torque_std!r}."
         )
+    return 0, std
 
 
 def output_error(
@@ -156,7 +184,9 @@ def output_error(
     return_z: bool = False,
     chunk_segments: int = CHUNK_SEGMENTS,
     substeps: int | None = None,
-    lags: int = 0,
+    lags: int | None = None,
+    covariance: str = "inputs",
+    torque_std: ArrayLike | None = None,
     solver: str = "gauss_newton",
     damping: float = 1e-6,
     parameter_tolerance: float | None = PARAMETER_TOLERANCE,
@@ -183,9 +213,14 @@ def output_error(
         substeps: RK4 steps per log sample (``jaxid.estimate.logs.stepping.model_step``); default: the
             stiffness rule ``stable_substeps`` on the start model (``θ`` of the start) and the logs,
             fixed for the whole fit (one compiled program). Stated in the notes when above 1.
-        lags: the covariance: ``L ≥ 0`` the segment sandwich (``shooting.segment_sandwich``) over ``L``
-            neighbouring segments (default 0: segments as independent clusters); ``-1``: ``σ̂² (JᵀJ)⁻¹``,
+        lags: with ``covariance="sandwich"``: ``L ≥ 0`` the segment sandwich (``shooting.segment_sandwich``) over
+            ``L`` neighbouring segments (default 0: segments as independent clusters); ``-1``: ``σ̂² (JᵀJ)⁻¹``,
             white residuals.
+        covariance: ``"inputs"`` (default): the first-order covariance with the angle noise and the torque
+            reading's noise as an error in the simulation's input (``shooting_inputs.input_noise_covariance``;
+            ``lags`` not used); ``"sandwich"``: as ``lags`` says.
+        torque_std: with ``covariance="inputs"``, the reading noise's std per joint [N m] (a number or ``(n,)``);
+            default ``data.torque_noise_std`` of the logs.
         solver: ``"gauss_newton"`` (default: ``shooting_solvers.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
             the stationarity certificate, ``ftol`` or ``xtol``) or ``"trust_region"`` (scipy's ``trf``
             step for step, ``shooting_solvers.trust_region_steps``: the dense route's iterates).
@@ -233,6 +268,8 @@ def output_error_fit(
     chunk_segments,
     substeps,
     lags,
+    covariance,
+    torque_std,
     solver,
     damping,
     parameter_tolerance,
@@ -259,7 +296,7 @@ def output_error_fit(
             raise ValueError(
                 f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
             )
-    _check_lags(lags)
+    covariance = _covariance(covariance, lags, torque_std, logs)
     if solver not in ("gauss_newton", "trust_region"):
         raise ValueError(f"output_error: solver must be 'gauss_newton' or 'trust_region', got {solver!r}.")
     theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
@@ -291,16 +328,17 @@ def output_error_fit(
             if parametrisation is None
             else normal_equations(blocks, sol.states, problem.linked, problem.scale_c)
         )
-        est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, note)
+        est = shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, (*covariance, logs), note)
         return (est, sol.par.copy()) if return_z else est
 
     return OutputErrorFit(problem, steps, finish)
 
 
-def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, lags, solver_note, **extra):
+def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol, covariance, solver_note, **extra):
     """``output_error``'s ``Identification`` of a solution ``sol`` (``shooting_solvers.Solution``: its ``normal``
     gives the cost, its ``states``, ``jacobians``, ``status`` the rest) with ``theta_normal`` the normal
-    equations in ``θ`` there, ``blocks`` its pass, ``lags`` the covariance (``output_error``);
+    equations in ``θ`` there, ``blocks`` its pass, ``covariance`` ``(lags, torque noise or None, logs)``: the
+    covariance (``output_error``'s ``lags``; with a torque noise ``covariance="inputs"``);
     ``solver_note`` ends the notes; ``extra`` goes to ``Identification`` (e.g. ``standard``)."""
     segments, m = sol.states.shape
     n = m // 2
@@ -313,7 +351,10 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     ev, vec = np.linalg.eigh(reduced / np.outer(d, d))
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
-    if lags < 0:
+    lags, noise, logs = covariance
+    if noise is not None:
+        cov = input_noise_covariance(problem, logs, theta_normal, blocks, theta_hat, sol.states, noise)[0]
+    elif lags < 0:
         cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)
     else:
         cov = rows / dof * segment_sandwich(theta_normal, blocks, problem.owner, int(lags))[0]
@@ -325,6 +366,8 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
         f"{segments} segments of {problem.length * problem.sample_step:.3g} s; largest continuity gap "
         f"{gap_q:.2e} rad, {gap_v:.2e} rad/s; {solver_note}"
     )
+    if noise is not None:
+        notes += f"; covariance with the torque reading's noise σ_τ = {np.array2string(noise, precision=3)} N m"
     if problem.substeps > 1:
         why = "" if problem.stiffness is None else f" (h λ_max = {problem.stiffness:.3g} at the start)"
         notes += f"; {problem.substeps} RK4 substeps per sample{why}"

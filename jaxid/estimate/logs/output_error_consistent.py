@@ -53,7 +53,7 @@ from ...types import Status
 from ..consistency import consistent_least_squares, is_physically_consistent
 from .data import FilteredLog, Known, Regressor
 from .idim import Identification
-from .output_error import CHUNK_SEGMENTS, _check_lags, shooting_identification
+from .output_error import CHUNK_SEGMENTS, _covariance, shooting_identification
 from .shooting import model_decrease
 from .shooting_passes import shooting_problem
 from .shooting_solvers import STATIONARITY, Step, gauss_newton
@@ -84,7 +84,9 @@ def output_error_consistent(
     known: Known | None = None,
     chunk_segments: int = CHUNK_SEGMENTS,
     substeps: int | None = None,
-    lags: int = 0,
+    lags: int | None = None,
+    covariance: str = "inputs",
+    torque_std=None,
     ftol: float = 1e-8,
     xtol: float = 1e-10,
     damping: float = 1e-4,
@@ -96,7 +98,8 @@ def output_error_consistent(
         logs, regressor, names: as ``output_error``. consistent: the model's ``ConsistentMap`` (its
             ``arm`` and ``to_model``). start_standard: ``(14 n,)`` a physically consistent start (e.g. the
             consistent least squares on IDIM-LS's rows; the boundary allowed).
-        segment_s, stride, continuity_weight, known, chunk_segments, substeps, lags: as ``output_error``.
+        segment_s, stride, continuity_weight, known, chunk_segments, substeps, lags, covariance,
+            torque_std: as ``output_error``.
         max_iterations: trial points (passes) allowed. ftol, xtol: the stopping tolerances.
         damping: the starting ``μ`` (relative to ``D²``).
 
@@ -105,7 +108,7 @@ def output_error_consistent(
     steps' subproblems. Raises ``ValueError`` as ``output_error`` does, or for an inconsistent start.
     """
     names = tuple(names)
-    _check_lags(lags)
+    covariance = _covariance(covariance, lags, torque_std, logs)
     phi = jnp.asarray(start_standard, dtype=float)
     if not bool(is_physically_consistent(phi)):
         raise ValueError("output_error_consistent: start_standard must be a physically consistent arm.")
@@ -171,7 +174,7 @@ def output_error_consistent(
         f"{sol.message}"
     )
     return shooting_identification(
-        problem, names, ne, blocks, theta_hat, sol, lags, note, standard=np.asarray(phi, dtype=float)
+        problem, names, ne, blocks, theta_hat, sol, (*covariance, logs), note, standard=np.asarray(phi, dtype=float)
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "shooting_cost",
     "schur_complement",
     "segment_sandwich",
+    "sandwich",
     "model_decrease",
     "parameter_step",
     "undamped_decrease",
@@ -229,12 +230,18 @@ def segment_sandwich(ne: NormalEquations, blocks: Blocks, logs: np.ndarray, lags
         same = logs[lag:] == logs[:-lag]
         cross = (w[lag:] * same[:, None]).T @ w[:-lag]
         meat += (1.0 - lag / (lags + 1.0)) * (cross + cross.T)
+    return sandwich(factor, meat)
+
+
+def sandwich(factor: Factor, meat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(S⁻¹ M S⁻¹, S⁻¹)`` for the Schur complement ``S`` of ``factor`` and a meat ``M`` ``(p, p)``: ``S⁻¹`` its
+    pseudo-inverse on the Jacobi-scaled matrix (eigenvalues below 1e-14 of the largest dropped)."""
     d = factor._d
     ev, vec = np.linalg.eigh(factor.schur / np.outer(d, d))
     keep = ev > ev.max() * 1e-14
     inverse = ((vec[:, keep] / ev[keep]) @ vec[:, keep].T) / np.outer(d, d)
-    sandwich = inverse @ meat @ inverse
-    return 0.5 * (sandwich + sandwich.T), inverse
+    cov = inverse @ meat @ inverse
+    return 0.5 * (cov + cov.T), inverse
 
 
 def parameter_step(ne: NormalEquations, dof: int) -> float:

@@ -1,0 +1,171 @@
+"""Output error's covariance with the torque reading's noise as an error in the input.
+
+Output error simulates its model under the measured, low-passed torque ``τ_f = F (τ + e)``: the reading's
+noise ``e`` enters the simulation, drives a smooth drift of the simulated angles and is, to first order,
+the estimate's main error on arms with a noisy torque reading (errors in variables). Neither ``σ̂² (JᵀJ)⁻¹``
+nor the segment sandwich sees most of it: the fitted initial states absorb it (``output_error``'s module
+docstring, "Covariance"). This module propagates it instead.
+
+**First order.** At the optimum, a perturbation ``δr`` of the (scaled) residuals moves the estimate by
+``δθ = −S⁻¹ Ĵᵀ δr`` with ``S`` the Schur complement of ``JᵀJ`` (the states eliminated) and
+``Ĵ = J V``, ``V = [I; T]``, ``T = −C⁻¹Bᵀ`` (``shooting.Factor``): ``Ĵ``'s column ``i`` is the residuals'
+change when ``θ_i`` moves and every state follows by its best response. Two noises perturb the
+residuals:
+
+- the angle noise ``δr = ε / σ`` on the angle rows (white, ``σ`` = ``data.angle_noise_std``): covariance
+  ``S⁻¹ (Ĵ_aᵀĴ_a) S⁻¹`` with ``Ĵ_a`` the angle rows of ``Ĵ`` (the continuity rows are constraints,
+  not data);
+- the torque reading's noise, through the simulation: ``δr = (∂r/∂τ_f) F e``, covariance
+  ``S⁻¹ K Σ_e Kᵀ S⁻¹`` with ``K = Ĵᵀ (∂r/∂τ_f) F`` (``p`` × samples × joints of each log) and ``Σ_e``
+  diagonal, ``σ_τ²`` per joint (white reading noise; ``data.torque_noise_std`` by default).
+
+**Computed** segment by segment (a segment's angle rows and end state depend only on ``θ``, its own
+initial state and its own torque samples): the ``p`` directions ``(e_i, T_s[:, i])`` pushed forward
+through the segment (``jax.linearize``) give ``Ĵ``'s rows of segment ``s``, angle rows and the
+continuity gap it starts (``W (e_s − x_{s+1})``: the next segment's state moves by ``T_{s+1}``); those
+rows (the gap's times ``W``) pulled back to the segment's stage torques (``jax.vjp``) and then to its
+torque samples (``stepping.stage_torques`` is linear) give ``K``'s columns of the segment before the
+filter. ``F`` is the log's zero-phase Butterworth (``FilteredLog.band``), self-adjoint up to its ends
+(``F = H_rev H``, ``Fᵀ = Hᵀ H_revᵀ = H_rev H``): ``K = band(Kᵀ)ᵀ`` along time, per log. A pass costs
+about what a Jacobian pass does (``p`` tangents forward, ``p`` cotangents back), once per fit; memory
+``p × samples × joints`` per log.
+
+Tested against the estimator itself (``tests/test_output_error_inputs.py``): a small change of the raw
+torque, refitted, moves the estimate by ``−S⁻¹ K δτ`` to first order.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._platform import host_threads, thread_map
+from .data import FilteredLog
+from .idim import segment_starts
+from .shooting import Blocks, Factor, NormalEquations, sandwich
+from .shooting_passes import ShootingProblem, _segment_residuals, chunk_size
+
+__all__ = ["input_noise_covariance", "torque_response"]
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
+def _torque_rows(
+    theta,
+    initial_states,
+    torques,
+    measured,
+    sigma,
+    follow,
+    next_follow,
+    gap_weight,
+    *,
+    regressor,
+    known,
+    sample_step,
+    stride,
+    substeps,
+):
+    """Per segment of a chunk, ``Ĵ``'s rows pulled back to its torque samples: ``(C, p, L + 1, n)`` (module
+    docstring). ``follow`` ``(C, m, p)`` = ``T_s``, ``next_follow`` = ``T_{s+1}`` (zero where the segment links
+    on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too)."""
+
+    def segment(y0, tau_s, q_s, sig, t_s, t_next, w2):
+        def f(th, y, tau):
+            return _segment_residuals(regressor, known, sample_step, stride, substeps, th, y, tau, q_s, sig)
+
+        _, push = jax.linearize(lambda th, y: f(th, y, tau_s), theta, y0)
+        _, pull = jax.vjp(lambda tau: f(theta, y0, tau), tau_s)
+
+        def row(d_theta, d_state, d_next):
+            d_res, d_end = push(d_theta, d_state)
+            (stages,) = pull((d_res, w2 * (d_end - d_next)))
+            # stage_torques' transpose: stages (t_k, t_k + Δ/2, t_k + Δ) of the samples k and k + 1.
+            lead = stages[:, 0] + 0.5 * stages[:, 1]
+            trail = 0.5 * stages[:, 1] + stages[:, 2]
+            return jnp.concatenate([lead, jnp.zeros_like(lead[:1])]) + jnp.concatenate(
+                [jnp.zeros_like(trail[:1]), trail]
+            )
+
+        p = theta.shape[0]
+        return jax.vmap(row)(jnp.eye(p, dtype=theta.dtype), t_s.T, t_next.T)
+
+    return jax.vmap(segment)(initial_states, torques, measured, sigma, follow, next_follow, gap_weight)
+
+
+def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
+    """``Ĵ_aᵀĴ_a = Σ_s (R_θ + R_x T_s)ᵀ(R_θ + R_x T_s)`` from a pass's blocks (angle rows only)."""
+    cross = np.einsum("spm,smq->pq", blocks.rtx, follow)
+    return blocks.rtr + cross + cross.T + np.einsum("smp,smk,skq->pq", follow, blocks.rxx, follow)
+
+
+def torque_response(
+    problem: ShootingProblem,
+    logs: Sequence[FilteredLog],
+    ne: NormalEquations,
+    theta: np.ndarray,
+    states: np.ndarray,
+) -> tuple[list[np.ndarray], Factor, np.ndarray]:
+    """``(K, factor, T)`` at the solution ``(θ, states)`` of ``problem`` with the normal equations ``ne`` in ``θ``
+    there (module docstring): ``K`` per log ``(N, p, n)``, ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
+    change ``δτ`` of the raw torque moves the estimate by ``−S⁻¹ Σ_t K[t] δτ[t]`` to first order), ``factor``
+    the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment."""
+    factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
+    segments, m = states.shape
+    p = theta.shape[0]
+    follow = -factor._c_inv_bt.reshape(segments, m, p)
+    linked = problem.linked
+    next_follow = np.where(linked[:, None, None], np.roll(follow, -1, axis=0), 0.0)
+    gap_weight = np.where(linked[:, None], problem.scale_c[None, :] ** 2, 0.0)
+    request = problem.request(theta, states)
+    size = chunk_size(segments, problem.chunk_segments, host_threads())
+    fill = np.minimum(np.arange(-(-segments // size) * size), segments - 1)
+    per_segment = (
+        np.asarray(request.states),
+        request.torques,
+        request.measured,
+        np.repeat(request.sigma[None], segments, axis=0),
+        follow,
+        next_follow,
+        gap_weight,
+    )
+    arrays = tuple(a[fill] for a in per_segment)
+    theta_j = jnp.asarray(request.theta)
+
+    def run(lo):
+        chunk = (jnp.asarray(a[lo : lo + size]) for a in arrays)
+        return np.asarray(_torque_rows(theta_j, *chunk, **request.static))
+
+    rows = np.concatenate(thread_map(run, range(0, fill.size, size)))[:segments]
+    length, first, response = problem.length, 0, []
+    for d in logs:
+        starts = segment_starts(d, length)
+        k = np.zeros((d.t.shape[0], p, d.joints))
+        for s, start in enumerate(starts):
+            k[start : start + length + 1] += np.moveaxis(rows[first + s], 0, 1)
+        first += len(starts)
+        response.append(d.band(k))
+    return response, factor, follow
+
+
+def input_noise_covariance(
+    problem: ShootingProblem,
+    logs: Sequence[FilteredLog],
+    ne: NormalEquations,
+    blocks: Blocks,
+    theta: np.ndarray,
+    states: np.ndarray,
+    torque_std: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(covariance, inverse)`` ``(p, p)`` of output error's ``θ`` at the solution ``(θ, states)`` with the
+    normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e
+    Kᵀ) S⁻¹``, ``torque_std`` ``(n,)`` the reading noise's ``σ_τ`` per joint [N m]; and ``S⁻¹`` (``shooting.sandwich``)."""
+    response, factor, follow = torque_response(problem, logs, ne, theta, states)
+    meat = _angle_information(blocks, follow)
+    for k in response:
+        k = k * np.asarray(torque_std)[None, None, :]
+        meat += np.einsum("tpj,tqj->pq", k, k)
+    return sandwich(factor, meat)

@@ -1,0 +1,123 @@
+"""Output error's covariance with the torque reading's noise as an error in the input (``covariance="inputs"``).
+
+``jaxid.estimate.logs.shooting_inputs`` propagates the raw torque's noise through the simulation to the
+estimate, to first order: ``δθ = −S⁻¹ Σ_t K[t] δτ[t]``. Checked here against independent answers:
+
+- **the estimator itself**: the raw torque changed by a noise-sized ``±δτ`` and refiltered, the fit rerun
+  (scipy's trust region, converged): the central difference of the two estimates equals ``−S⁻¹ K δτ`` to
+  a few hundredths of a standard deviation, on a change that moves parameters by up to ~3 of them;
+- **the dense Jacobian**: without torque noise the covariance is ``[H⁻¹ J_aᵀJ_a H⁻¹]_θθ`` (``H = JᵀJ`` over
+  ``θ`` and every state, ``J_a`` the angle rows) from ``jax.jacfwd`` of the whole residual vector;
+- **a white noise of known std**: ``torque_noise_std`` recovers it from a log's part above the cut-off.
+
+Bad options are refused in one line before any pass.
+"""
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _simulated_log import write_logs
+from test_output_error_streaming import dense_problem
+
+import jaxid
+from jaxid.estimate.logs import filter_log, idim_ls, output_error
+from jaxid.estimate.logs.data import FilteredLog, torque_noise_std
+from jaxid.estimate.logs.output_error import output_error_fit
+from jaxid.estimate.logs.shooting import sandwich
+from jaxid.estimate.logs.shooting_inputs import torque_response
+from jaxid.estimate.logs.shooting_solvers import solve
+
+TRF = "trust_region"
+
+
+@pytest.fixture(scope="module")
+def two_link(tmp_path_factory):
+    _, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("inputs"))
+    base = jaxid.base_parameters(arm)
+
+    def regressor(q, qd, qdd):
+        return jaxid.base_regressor(arm, q, qd, qdd, base)
+
+    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
+    return regressor, base.names, logs, idim_ls(logs, regressor, base.names)
+
+
+def _solution(logs, regressor, names, start):
+    """``output_error``'s set-up and solver run by hand: ``(problem, solution)`` (trust region, 100 passes)."""
+    fit = output_error_fit(
+        logs=logs, regressor=regressor, names=names, start=start, segment_s=0.5, stride=5, continuity_weight=100.0,
+        max_iterations=100, known=None, parametrisation=None, start_z=None, return_z=False, chunk_segments=64,
+        substeps=None, lags=0, covariance="sandwich", torque_std=None, solver=TRF, damping=1e-6,
+        parameter_tolerance=None,
+    )  # fmt: skip
+    return fit.problem, solve(fit.steps, fit.problem.linearise, fit.problem.evaluate)
+
+
+def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
+    regressor, names, logs, ls = two_link
+    problem, sol = _solution(logs, regressor, names, ls)
+    blocks, theta = sol.extra
+    response, factor, _ = torque_response(problem, logs, sol.normal, np.asarray(theta), sol.states)
+    inverse = sandwich(factor, np.zeros((len(names), len(names))))[1]
+    log = logs[0]
+    delta = 0.01 * np.random.default_rng(1).standard_normal(log.tau_raw.shape)  # the log's own noise level
+    predicted = -inverse @ np.einsum("tpj,tj->p", response[0], delta)
+
+    def refit(sign):
+        raw = np.asarray(log.tau_raw) + sign * delta
+        changed = eqx.tree_at(lambda d: (d.tau, d.tau_raw), log, (jnp.asarray(log.band(raw)), jnp.asarray(raw)))
+        est = output_error([changed], regressor, names, start=ls, solver=TRF, max_iterations=100)
+        assert est.status == "ok"
+        return est.value
+
+    moved = 0.5 * (refit(1.0) - refit(-1.0))
+    est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
+    std = est.std
+    assert np.max(np.abs(predicted) / std) > 1.0  # a change the check can see
+    np.testing.assert_array_less(np.abs(moved - predicted), 0.08 * std)
+    np.testing.assert_array_equal(est.value, output_error(logs, regressor, names, start=ls, solver=TRF).value)
+
+
+def test_without_torque_noise_it_is_the_dense_angle_covariance(two_link):
+    regressor, names, logs, ls = two_link
+    est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=1e-30)
+    p = len(names)
+    _, sol = _solution(logs, regressor, names, ls)
+    fun, jac, z0, _, angle_rows = dense_problem(logs, regressor, names, ls)
+    z = np.concatenate([np.asarray(sol.extra[1]), sol.states.reshape(-1)])
+    j = np.asarray(jac(z))
+    inverse = np.linalg.inv(j.T @ j)
+    angles = j[:angle_rows]
+    reference = (inverse @ angles.T @ angles @ inverse)[:p, :p]
+    np.testing.assert_allclose(est.covariance, reference, rtol=1e-6, atol=1e-8 * np.abs(reference).max())
+    # the torque noise's part is not negligible at the log's own level
+    noisy = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
+    assert np.all(noisy.std > 1.5 * est.std)
+
+
+def test_torque_noise_std_recovers_a_white_noise():
+    """A smooth torque plus white noise of 0.05 and 0.2 N m on a 500-Hz grid, filtered at 10 Hz."""
+    h, n = 0.002, 5000
+    t = np.arange(n) * h
+    smooth = np.stack([np.sin(2 * np.pi * 0.7 * t), 3 * np.cos(2 * np.pi * 1.3 * t)], axis=1)
+    noisy = smooth + np.random.default_rng(0).standard_normal((n, 2)) * np.array([0.05, 0.2])
+    zeros = jnp.zeros((n, 2))
+    log = FilteredLog(
+        jnp.asarray(t), zeros, zeros, zeros, zeros, jnp.asarray(noisy), jnp.asarray(noisy), "white", h, 10.0,
+        "butterworth", 100,
+    )  # fmt: skip
+    log = eqx.tree_at(lambda d: d.tau, log, jnp.asarray(log.band(noisy)))
+    np.testing.assert_allclose(torque_noise_std([log]), [0.05, 0.2], rtol=0.03)
+
+
+def test_bad_covariance_options_are_refused(two_link):
+    regressor, names, logs, ls = two_link
+    with pytest.raises(ValueError, match="covariance must be 'sandwich' or 'inputs', got 'input'"):
+        output_error(logs, regressor, names, start=ls, covariance="input")
+    with pytest.raises(ValueError, match="torque_std must be one positive number or 2"):
+        output_error(logs, regressor, names, start=ls, covariance="inputs", torque_std=[0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="torque_std must be one positive number or 2"):
+        output_error(logs, regressor, names, start=ls, covariance="inputs", torque_std=-0.1)
+    with pytest.raises(ValueError, match="option 'covariance'"):
+        jaxid.make_estimator("output_error", {"covariance": "white"})
