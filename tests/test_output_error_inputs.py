@@ -24,8 +24,8 @@ import jaxid
 from jaxid.estimate.logs import filter_log, idim_ls, output_error
 from jaxid.estimate.logs.data import FilteredLog, torque_noise_std
 from jaxid.estimate.logs.output_error import output_error_fit
-from jaxid.estimate.logs.shooting import sandwich
-from jaxid.estimate.logs.shooting_inputs import torque_response
+from jaxid.estimate.logs.shooting import covariance_envelope, sandwich
+from jaxid.estimate.logs.shooting_inputs import input_noise_covariance, torque_response
 from jaxid.estimate.logs.shooting_solvers import solve
 
 TRF = "trust_region"
@@ -81,19 +81,53 @@ def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
 
 def test_without_torque_noise_it_is_the_dense_angle_covariance(two_link):
     regressor, names, logs, ls = two_link
-    est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=1e-30)
     p = len(names)
-    _, sol = _solution(logs, regressor, names, ls)
+    problem, sol = _solution(logs, regressor, names, ls)
+    blocks, theta = sol.extra
+    theta = np.asarray(theta)
+
+    def model(std):
+        return input_noise_covariance(problem, logs, sol.normal, blocks, theta, sol.states, np.full(2, std))[0]
+
     fun, jac, z0, _, angle_rows = dense_problem(logs, regressor, names, ls)
-    z = np.concatenate([np.asarray(sol.extra[1]), sol.states.reshape(-1)])
-    j = np.asarray(jac(z))
+    j = np.asarray(jac(np.concatenate([theta, sol.states.reshape(-1)])))
     inverse = np.linalg.inv(j.T @ j)
     angles = j[:angle_rows]
     reference = (inverse @ angles.T @ angles @ inverse)[:p, :p]
-    np.testing.assert_allclose(est.covariance, reference, rtol=1e-6, atol=1e-8 * np.abs(reference).max())
+    quiet = model(1e-30)
+    np.testing.assert_allclose(quiet, reference, rtol=1e-6, atol=1e-8 * np.abs(reference).max())
     # the torque noise's part is not negligible at the log's own level
-    noisy = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
-    assert np.all(noisy.std > 1.5 * est.std)
+    assert np.all(np.diag(model(0.01)) > 2 * np.diag(quiet))
+
+
+def test_the_estimate_reports_the_envelope_of_model_and_residuals(two_link):
+    """``output_error``'s default covariance: at least the model's (``input_noise_covariance``) and at least the
+    segment sandwich's (``covariance_envelope``), the larger along each direction of their joint diagonalisation."""
+    regressor, names, logs, ls = two_link
+    problem, sol = _solution(logs, regressor, names, ls)
+    blocks, theta = sol.extra
+    est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
+    model = input_noise_covariance(problem, logs, sol.normal, blocks, np.asarray(theta), sol.states, np.full(2, 0.01))[
+        0
+    ]
+    sandwich_ = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="sandwich").covariance
+    np.testing.assert_allclose(est.covariance, covariance_envelope(model, sandwich_), rtol=1e-8, atol=0)
+    for other in (model, sandwich_):
+        assert np.linalg.eigvalsh(est.covariance - other).min() > -1e-9 * np.abs(est.covariance).max()
+    assert np.linalg.eigvalsh(sandwich_ - model).max() > 0  # the residuals show more than the model in some direction
+
+
+def test_covariance_envelope_is_the_larger_of_two():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 5))
+    a = x @ x.T
+    np.testing.assert_allclose(covariance_envelope(a, 0.3 * a), a, rtol=1e-12)
+    np.testing.assert_allclose(covariance_envelope(a, 3.0 * a), 3.0 * a, rtol=1e-12)
+    y = rng.standard_normal((5, 2))
+    b = 5.0 * y @ y.T  # larger than a in at most two directions
+    c = covariance_envelope(a, b)
+    assert min(np.linalg.eigvalsh(c - a).min(), np.linalg.eigvalsh(c - b).min()) > -1e-12 * np.abs(c).max()
+    assert np.linalg.matrix_rank(c - a, tol=1e-9 * np.abs(c).max()) == 2
 
 
 def test_torque_noise_std_recovers_a_white_noise():

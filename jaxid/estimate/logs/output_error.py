@@ -120,7 +120,7 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor, torque_noise_std
 from .idim import Identification
-from .shooting import normal_equations, schur_complement, segment_sandwich
+from .shooting import covariance_envelope, normal_equations, schur_complement, segment_sandwich
 from .shooting_inputs import input_noise_covariance
 from .shooting_passes import ShootingProblem, shooting_problem
 from .shooting_solvers import gauss_newton_steps, solve, trust_region_steps
@@ -352,8 +352,9 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
-    if noise is not None:
-        cov = input_noise_covariance(problem, logs, theta_normal, blocks, theta_hat, sol.states, noise)[0]
+    if noise is not None:  # at least what the residuals show: a misfit (model error, no convergence) is not hidden
+        model = input_noise_covariance(problem, logs, theta_normal, blocks, theta_hat, sol.states, noise)[0]
+        cov = covariance_envelope(model, rows / dof * segment_sandwich(theta_normal, blocks, problem.owner, 0)[0])
     elif lags < 0:
         cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)
     else:

@@ -35,6 +35,7 @@ __all__ = [
     "schur_complement",
     "segment_sandwich",
     "sandwich",
+    "covariance_envelope",
     "model_decrease",
     "parameter_step",
     "undamped_decrease",
@@ -242,6 +243,23 @@ def sandwich(factor: Factor, meat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = ((vec[:, keep] / ev[keep]) @ vec[:, keep].T) / np.outer(d, d)
     cov = inverse @ meat @ inverse
     return 0.5 * (cov + cov.T), inverse
+
+
+def covariance_envelope(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The covariance at least ``a`` and at least ``b`` (Loewner order) that is the larger of the two along each
+    direction where both are diagonal: with ``a = L Lᵀ`` (on the range of ``a``, Jacobi-scaled, eigenvalues below
+    1e-14 of the largest dropped) and ``L⁺ b L⁺ᵀ = V Λ Vᵀ``, ``L V max(Λ, 1) Vᵀ Lᵀ``. ``a`` the model's covariance,
+    ``b`` the residuals' (``output_error``'s ``covariance="inputs"``)."""
+    d = np.sqrt(np.abs(np.diag(a)))
+    d = np.where(d > 0, d, 1.0)
+    w, u = np.linalg.eigh(a / np.outer(d, d))
+    keep = w > w.max() * 1e-14
+    half = u[:, keep] * np.sqrt(w[keep])
+    whiten = u[:, keep] / np.sqrt(w[keep])
+    lam, v = np.linalg.eigh(whiten.T @ (b / np.outer(d, d)) @ whiten)
+    basis = half @ v
+    out = (basis * np.maximum(lam, 1.0)) @ basis.T * np.outer(d, d)
+    return 0.5 * (out + out.T)
 
 
 def parameter_step(ne: NormalEquations, dof: int) -> float:
