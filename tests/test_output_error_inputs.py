@@ -58,7 +58,7 @@ def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
     regressor, names, logs, ls = two_link
     problem, sol = _solution(logs, regressor, names, ls)
     blocks, theta = sol.extra
-    response, factor, _ = torque_response(problem, logs, sol.normal, np.asarray(theta), sol.states)
+    response, factor, _ = torque_response(problem, logs, sol.normal, problem.request(sol.par, sol.states))
     inverse = sandwich(factor, np.zeros((len(names), len(names))))[1]
     log = logs[0]
     delta = 0.01 * np.random.default_rng(1).standard_normal(log.tau_raw.shape)  # the log's own noise level
@@ -84,10 +84,11 @@ def test_without_torque_noise_it_is_the_dense_angle_covariance(two_link):
     p = len(names)
     problem, sol = _solution(logs, regressor, names, ls)
     blocks, theta = sol.extra
-    theta = np.asarray(theta)
 
     def model(std):
-        return input_noise_covariance(problem, logs, sol.normal, blocks, theta, sol.states, np.full(2, std))[0]
+        return input_noise_covariance(
+            problem, logs, sol.normal, blocks, problem.request(sol.par, sol.states), np.full(2, std)
+        )[0]
 
     fun, jac, z0, _, angle_rows = dense_problem(logs, regressor, names, ls)
     j = np.asarray(jac(np.concatenate([theta, sol.states.reshape(-1)])))
@@ -105,11 +106,9 @@ def test_the_estimate_reports_the_envelope_of_model_and_residuals(two_link):
     segment sandwich's (``covariance_envelope``), the larger along each direction of their joint diagonalisation."""
     regressor, names, logs, ls = two_link
     problem, sol = _solution(logs, regressor, names, ls)
-    blocks, theta = sol.extra
+    request = problem.request(sol.par, sol.states)
     est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
-    model = input_noise_covariance(problem, logs, sol.normal, blocks, np.asarray(theta), sol.states, np.full(2, 0.01))[
-        0
-    ]
+    model = input_noise_covariance(problem, logs, sol.normal, sol.extra[0], request, np.full(2, 0.01))[0]
     sandwich_ = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="sandwich").covariance
     np.testing.assert_allclose(est.covariance, covariance_envelope(model, sandwich_), rtol=1e-8, atol=0)
     for other in (model, sandwich_):
@@ -128,6 +127,19 @@ def test_covariance_envelope_is_the_larger_of_two():
     c = covariance_envelope(a, b)
     assert min(np.linalg.eigvalsh(c - a).min(), np.linalg.eigvalsh(c - b).min()) > -1e-12 * np.abs(c).max()
     assert np.linalg.matrix_rank(c - a, tol=1e-9 * np.abs(c).max()) == 2
+
+
+def test_a_parametrised_fit_has_the_covariance_of_its_theta(two_link):
+    """``θ = 2 z`` (a parametrisation, started at the same ``θ``): the estimate and covariance of plain output error."""
+    regressor, names, logs, ls = two_link
+    plain = output_error(logs, regressor, names, start=ls, solver=TRF, torque_std=0.01)
+    doubled = output_error(
+        logs, regressor, names, parametrisation=lambda z: 2.0 * z, start_z=ls.value / 2, solver=TRF, torque_std=0.01
+    )
+    np.testing.assert_allclose(doubled.value, plain.value, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        doubled.covariance, plain.covariance, rtol=1e-6, atol=1e-9 * np.abs(plain.covariance).max()
+    )
 
 
 def test_torque_noise_std_recovers_a_white_noise():

@@ -145,6 +145,11 @@ class OutputError(AbstractEstimator):
     ``parameter_tolerance`` (Gauss–Newton, ``constraint="none"``; default 0.05): stop once the undamped step
     moves no parameter by more than this many of its standard deviations (``output_error``); 0: only the
     stationarity certificate, ``ftol`` and ``xtol``.
+
+    ``covariance`` (default ``"inputs"``): the first-order covariance with the torque reading's noise as an
+    error in the simulated input (``jaxid.estimate.logs.shooting_inputs``), never below the segment sandwich;
+    ``torque_std`` [N m] the reading's noise where known (default: estimated from the log, an upper bound in
+    closed loop); ``"sandwich"``: the segment sandwich alone (docs/estimators.md, "Output error's covariance").
     """
 
     name: ClassVar[str] = "output_error"

@@ -353,7 +353,9 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
     if noise is not None:  # at least what the residuals show: a misfit (model error, no convergence) is not hidden
-        model = input_noise_covariance(problem, logs, theta_normal, blocks, theta_hat, sol.states, noise)[0]
+        model = input_noise_covariance(
+            problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states), noise
+        )[0]
         cov = covariance_envelope(model, rows / dof * segment_sandwich(theta_normal, blocks, problem.owner, 0)[0])
     elif lags < 0:
         cov = s2 * ((vec / np.maximum(ev, 1e-300)) @ vec.T) / np.outer(d, d)

@@ -47,7 +47,7 @@ from ..._platform import host_threads, thread_map
 from .data import FilteredLog
 from .idim import segment_starts
 from .shooting import Blocks, Factor, NormalEquations, sandwich
-from .shooting_passes import ShootingProblem, _segment_residuals, chunk_size
+from .shooting_passes import PassRequest, ShootingProblem, _segment_residuals, chunk_size
 
 __all__ = ["input_noise_covariance", "torque_response"]
 
@@ -103,24 +103,19 @@ def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
 
 
 def torque_response(
-    problem: ShootingProblem,
-    logs: Sequence[FilteredLog],
-    ne: NormalEquations,
-    theta: np.ndarray,
-    states: np.ndarray,
+    problem: ShootingProblem, logs: Sequence[FilteredLog], ne: NormalEquations, request: PassRequest
 ) -> tuple[list[np.ndarray], Factor, np.ndarray]:
-    """``(K, factor, T)`` at the solution ``(θ, states)`` of ``problem`` with the normal equations ``ne`` in ``θ``
-    there (module docstring): ``K`` per log ``(N, p, n)``, ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
+    """``(K, factor, T)`` at the solution of ``problem`` (``request``: its pass there, ``problem.request(φ, x)``, which
+    holds ``θ`` and the states) with the normal equations ``ne`` in ``θ`` there (module docstring): ``K`` per log ``(N, p, n)``, ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
     change ``δτ`` of the raw torque moves the estimate by ``−S⁻¹ Σ_t K[t] δτ[t]`` to first order), ``factor``
     the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment."""
     factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
-    segments, m = states.shape
-    p = theta.shape[0]
+    segments, m = request.states.shape
+    p = request.theta.shape[0]
     follow = -factor._c_inv_bt.reshape(segments, m, p)
     linked = problem.linked
     next_follow = np.where(linked[:, None, None], np.roll(follow, -1, axis=0), 0.0)
     gap_weight = np.where(linked[:, None], problem.scale_c[None, :] ** 2, 0.0)
-    request = problem.request(theta, states)
     size = chunk_size(segments, problem.chunk_segments, host_threads())
     fill = np.minimum(np.arange(-(-segments // size) * size), segments - 1)
     per_segment = (
@@ -156,14 +151,13 @@ def input_noise_covariance(
     logs: Sequence[FilteredLog],
     ne: NormalEquations,
     blocks: Blocks,
-    theta: np.ndarray,
-    states: np.ndarray,
+    request: PassRequest,
     torque_std: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(covariance, inverse)`` ``(p, p)`` of output error's ``θ`` at the solution ``(θ, states)`` with the
-    normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e
+    """``(covariance, inverse)`` ``(p, p)`` of output error's ``θ`` at the solution (``request``, as
+    ``torque_response``) with the normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e
     Kᵀ) S⁻¹``, ``torque_std`` ``(n,)`` the reading noise's ``σ_τ`` per joint [N m]; and ``S⁻¹`` (``shooting.sandwich``)."""
-    response, factor, follow = torque_response(problem, logs, ne, theta, states)
+    response, factor, follow = torque_response(problem, logs, ne, request)
     meat = _angle_information(blocks, follow)
     for k in response:
         k = k * np.asarray(torque_std)[None, None, :]
