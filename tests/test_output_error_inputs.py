@@ -57,7 +57,6 @@ def _solution(logs, regressor, names, start):
 def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
     regressor, names, logs, ls = two_link
     problem, sol = _solution(logs, regressor, names, ls)
-    blocks, theta = sol.extra
     response, factor, _ = torque_response(problem, logs, sol.normal, problem.request(sol.par, sol.states))
     inverse = sandwich(factor, np.zeros((len(names), len(names))))[1]
     log = logs[0]
