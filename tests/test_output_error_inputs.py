@@ -115,6 +115,15 @@ def test_the_estimate_reports_the_envelope_of_model_and_residuals(two_link):
     assert np.linalg.eigvalsh(sandwich_ - model).max() > 0  # the residuals show more than the model in some direction
 
 
+def test_a_fit_stopped_at_its_limit_reports_the_sandwich(two_link):
+    """Away from an optimum the first-order propagation does not hold: the segment sandwich, said in the notes."""
+    regressor, names, logs, ls = two_link
+    stopped = output_error(logs, regressor, names, start=ls, solver=TRF, max_iterations=3, torque_std=0.01)
+    sandwich_ = output_error(logs, regressor, names, start=ls, solver=TRF, max_iterations=3, covariance="sandwich")
+    assert stopped.status == "max_iterations" and "covariance: the segment sandwich" in stopped.notes
+    np.testing.assert_array_equal(stopped.covariance, sandwich_.covariance)
+
+
 def test_covariance_envelope_is_the_larger_of_two():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 5))

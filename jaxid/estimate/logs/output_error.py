@@ -352,7 +352,14 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
-    if noise is not None:  # at least what the residuals show: a misfit (model error, no convergence) is not hidden
+    lags_note = ""
+    if noise is not None and sol.status != "ok":  # the first-order propagation holds at an optimum only
+        noise, lags, lags_note = (
+            None,
+            0,
+            "covariance: the segment sandwich (not at an optimum, where the inputs' holds)",
+        )
+    if noise is not None:  # at least what the residuals show: a misfit (model error) is not hidden
         model = input_noise_covariance(
             problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states), noise
         )[0]
@@ -371,6 +378,8 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     )
     if noise is not None:
         notes += f"; covariance with the torque reading's noise σ_τ = {np.array2string(noise, precision=3)} N m"
+    elif lags_note:
+        notes += "; " + lags_note
     if problem.substeps > 1:
         why = "" if problem.stiffness is None else f" (h λ_max = {problem.stiffness:.3g} at the start)"
         notes += f"; {problem.substeps} RK4 substeps per sample{why}"
