@@ -94,3 +94,18 @@ def log_frame(t, states, tau, *, seed=0, angle_noise=1e-4, torque_noise=0.01):
         }
     )
     return frame
+
+
+def filtered_two_link(tmp_dir):
+    """The log written by ``write_logs`` into ``tmp_dir``, filtered at 20 Hz, with its model and IDIM-LS:
+    ``(regressor, names, [log], IDIM-LS)`` (the base regressor of the true arm)."""
+    from jaxid.estimate.logs import filter_log, idim_ls
+
+    _, parquet, arm, _ = write_logs(tmp_dir)
+    base = jaxid.base_parameters(arm)
+
+    def regressor(q, qd, qdd):
+        return jaxid.base_regressor(arm, q, qd, qdd, base)
+
+    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
+    return regressor, base.names, logs, idim_ls(logs, regressor, base.names)

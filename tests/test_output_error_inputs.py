@@ -17,11 +17,11 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _simulated_log import write_logs
+from _simulated_log import filtered_two_link
 from test_output_error_streaming import dense_problem
 
 import jaxid
-from jaxid.estimate.logs import filter_log, idim_ls, output_error
+from jaxid.estimate.logs import output_error
 from jaxid.estimate.logs.data import FilteredLog, torque_noise_std
 from jaxid.estimate.logs.output_error import output_error_fit
 from jaxid.estimate.logs.shooting import covariance_envelope, sandwich
@@ -33,14 +33,7 @@ TRF = "trust_region"
 
 @pytest.fixture(scope="module")
 def two_link(tmp_path_factory):
-    _, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("inputs"))
-    base = jaxid.base_parameters(arm)
-
-    def regressor(q, qd, qdd):
-        return jaxid.base_regressor(arm, q, qd, qdd, base)
-
-    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
-    return regressor, base.names, logs, idim_ls(logs, regressor, base.names)
+    return filtered_two_link(tmp_path_factory.mktemp("inputs"))
 
 
 def _solution(logs, regressor, names, start):

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _simulated_log import write_logs
+from _simulated_log import filtered_two_link
 from scipy.optimize import least_squares
 
 import jaxid
@@ -128,15 +128,8 @@ def dense_output_error(logs, regressor, names, start, *, segment_s=0.5, stride=5
 
 @pytest.fixture(scope="module")
 def two_link(tmp_path_factory):
-    _, parquet, arm, _ = write_logs(tmp_path_factory.mktemp("streaming"))
-    base = jaxid.base_parameters(arm)
-
-    def regressor(q, qd, qdd):
-        return jaxid.base_regressor(arm, q, qd, qdd, base)
-
-    logs = [filter_log(jaxid.load_log(parquet), 20.0)]
-    ls = idim_ls(logs, regressor, base.names)
-    return regressor, base.names, logs, ls, output_error(logs, regressor, base.names, start=ls, solver=TRF)
+    regressor, names, logs, ls = filtered_two_link(tmp_path_factory.mktemp("streaming"))
+    return regressor, names, logs, ls, output_error(logs, regressor, names, start=ls, solver=TRF)
 
 
 def _close(est, theta, cov, *, rtol_theta, rtol_cov):
