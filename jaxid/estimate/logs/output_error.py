@@ -353,6 +353,7 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
     lags_note = ""
+    theta_hat = np.asarray(theta_hat, dtype=float)  # the request's θ: ``sol.par`` is ``z`` or, consistent, the arm's
     if noise is not None and sol.status != "ok":  # the first-order propagation holds at an optimum only
         noise, lags, lags_note = (
             None,
@@ -361,7 +362,7 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
         )
     if noise is not None:  # at least what the residuals show: a misfit (model error) is not hidden
         model = input_noise_covariance(
-            problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states), noise
+            problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states)._replace(theta=theta_hat), noise
         )[0]
         cov = covariance_envelope(model, rows / dof * segment_sandwich(theta_normal, blocks, problem.owner, 0)[0])
     elif lags < 0:
