@@ -75,7 +75,9 @@ stds on the UR5 benchmark), and most of the torque noise's effect on the estimat
 fitted initial states, where no residual shows it. The default (``covariance="inputs"``) propagates it:
 ``jaxid.estimate.logs.shooting_inputs``, the first-order covariance with the angle noise and the torque
 reading's noise (``torque_std``, default ``data.torque_noise_std``: the raw torque above the cut-off) as
-an error in the simulation's input. Measured (20 trials of ``benchmark_panda``'s ``consistency_rich``,
+an error in the simulation's input, reported as its envelope with the segment sandwich
+(``shooting.covariance_envelope``: never below what the residuals show); a fit stopped before an optimum
+reports the sandwich. Measured (20 trials of ``benchmark_panda``'s ``consistency_rich``,
 69 parameters, the median over parameters of Monte Carlo std / reported std): 1.00 with the setting's
 torque noise, 0.87 with the estimate (which also holds the controller's reaction to the angle noise: an
 upper bound in closed loop, 16× too large on ``encoder_limited``, whose encoder noise is 10× larger);
