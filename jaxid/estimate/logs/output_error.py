@@ -84,11 +84,9 @@ upper bound in closed loop, 16× too large on ``encoder_limited``, whose encoder
 the segment sandwich 1.9. ``covariance="sandwich"`` keeps the residual-based forms: the **segment
 sandwich** (``shooting.segment_sandwich``, the scores of each segment's residuals, states eliminated, as
 independent clusters, ``lags=0``, or Bartlett-weighted over ``lags`` neighbouring segments), or
-``σ̂² (JᵀJ)⁻¹`` (``lags=-1``, white residuals). Measured on the UR5 benchmark (20 trials, 58 parameters,
-the median Monte Carlo std of ``(θ̂ − θ)/σ̂``): white 6-8, clusters 3.1, 1 lag 3.3, 2 lags 3.7, 8 lags 5.9
-(neighbouring segments' scores are negatively correlated through the continuity rows). Formed from the
-normal equations the covariance carries their squared condition number: on a 2-s UR5 log (58 base
-parameters) the white standard deviations agree with the dense route's SVD to 0.2 %.
+``σ̂² (JᵀJ)⁻¹`` (``lags=-1``, white residuals); on the UR5 benchmark the z-scores' std is 6-8 white, 3.1 with
+clusters, 3.3-5.9 with 1-8 lags. Formed from the normal equations the covariance carries their squared
+condition number: on a 2-s UR5 log the white stds agree with the dense route's SVD to 0.2 %.
 
 **Rates.** ``stride`` counts samples: the default 5 puts residuals every 50 ms at 100 Hz and every
 10 ms at 500 Hz, both far above the band of the motion an arm is excited with; a pass costs the
