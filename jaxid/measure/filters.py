@@ -87,11 +87,18 @@ def lowpass(x: np.ndarray, sample_step: float, cutoff_hz: float, *, order: int =
     from scipy import signal  # imported when first needed: scipy takes ~0.9 s to import
 
     x = np.asarray(x, dtype=float)
-    sos = signal.butter(order, cutoff_hz, btype="low", fs=1.0 / sample_step, output="sos")
+    sos = _butter(sample_step, cutoff_hz, order)
     padlen = _padlen(order)  # = 3 (2 sos.shape[0] + 1)
     if x.shape[0] <= padlen:
         raise ValueError(f"record of {x.shape[0]} samples is too short for an order-{order} filter; need > {padlen}.")
     return signal.sosfiltfilt(sos, x, axis=0)
+
+
+def _butter(sample_step: float, cutoff_hz: float, order: int) -> np.ndarray:
+    """The Butterworth low-pass of ``lowpass`` (second-order sections)."""
+    from scipy import signal
+
+    return signal.butter(order, cutoff_hz, btype="low", fs=1.0 / sample_step, output="sos")
 
 
 def residual_fraction(sample_step: float, cutoff_hz: float, *, order: int = 4) -> float:
@@ -101,8 +108,7 @@ def residual_fraction(sample_step: float, cutoff_hz: float, *, order: int = 4) -
     _check(sample_step, cutoff_hz)
     from scipy import signal
 
-    sos = signal.butter(order, cutoff_hz, btype="low", fs=1.0 / sample_step, output="sos")
-    _, h = signal.sosfreqz(sos, worN=1 << 14)
+    _, h = signal.sosfreqz(_butter(sample_step, cutoff_hz, order), worN=1 << 14)
     return float(np.mean((1.0 - np.abs(h) ** 2) ** 2))
 
 

@@ -26,9 +26,10 @@ continuity gap it starts (``W (e_s − x_{s+1})``: the next segment's state move
 rows (the gap's times ``W``) pulled back to the segment's stage torques (``jax.vjp``) and then to its
 torque samples (``stepping.stage_torques`` is linear) give ``K``'s columns of the segment before the
 filter. ``F`` is the log's zero-phase Butterworth (``FilteredLog.band``), self-adjoint up to its ends
-(``F = H_rev H``, ``Fᵀ = Hᵀ H_revᵀ = H_rev H``): ``K = band(Kᵀ)ᵀ`` along time, per log. A pass costs
-about what a Jacobian pass does (``p`` tangents forward, ``p`` cotangents back), once per fit; memory
-``p × samples × joints`` per log.
+(``F = H_rev H``, ``Fᵀ = Hᵀ H_revᵀ = H_rev H``): ``K = band(Kᵀ)ᵀ`` along time, per log (host memory
+``p × samples × joints`` per log). Measured on the Panda (69 parameters, segments of 250 samples): ~2 s of CPU
+a fit, but compiling the program takes ~2 min per segment shape and lifts the process's peak memory by ~2 GB
+(docs/estimators.md, "Output error's covariance").
 
 Tested against the estimator itself (``tests/test_output_error_inputs.py``): a small change of the raw
 torque, refitted, moves the estimate by ``−S⁻¹ K δτ`` to first order.
@@ -47,7 +48,7 @@ from ..._platform import host_threads, thread_map
 from .data import FilteredLog
 from .idim import segment_starts
 from .shooting import Blocks, Factor, NormalEquations, sandwich
-from .shooting_passes import PassRequest, ShootingProblem, _segment_residuals, chunk_size
+from .shooting_passes import PassRequest, ShootingProblem, _segment_residuals, chunk_size, padded_rows
 
 __all__ = ["input_noise_covariance", "torque_response"]
 
@@ -105,8 +106,9 @@ def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
 def torque_response(
     problem: ShootingProblem, logs: Sequence[FilteredLog], ne: NormalEquations, request: PassRequest
 ) -> tuple[list[np.ndarray], Factor, np.ndarray]:
-    """``(K, factor, T)`` at the solution of ``problem`` (``request``: its pass there, ``problem.request(φ, x)``, which
-    holds ``θ`` and the states) with the normal equations ``ne`` in ``θ`` there (module docstring): ``K`` per log ``(N, p, n)``, ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
+    """``(K, factor, T)`` at the solution of ``problem`` (``request``: its pass there, which holds ``θ`` and the
+    states) with the normal equations ``ne`` in ``θ`` there (module docstring): ``K`` per log ``(N, p, n)``,
+    ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
     change ``δτ`` of the raw torque moves the estimate by ``−S⁻¹ Σ_t K[t] δτ[t]`` to first order), ``factor``
     the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment."""
     factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
@@ -117,7 +119,7 @@ def torque_response(
     next_follow = np.where(linked[:, None, None], np.roll(follow, -1, axis=0), 0.0)
     gap_weight = np.where(linked[:, None], problem.scale_c[None, :] ** 2, 0.0)
     size = chunk_size(segments, problem.chunk_segments, host_threads())
-    fill = np.minimum(np.arange(-(-segments // size) * size), segments - 1)
+    fill = padded_rows(segments, size)
     per_segment = (
         np.asarray(request.states),
         request.torques,
@@ -155,8 +157,9 @@ def input_noise_covariance(
     torque_std: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(covariance, inverse)`` ``(p, p)`` of output error's ``θ`` at the solution (``request``, as
-    ``torque_response``) with the normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e
-    Kᵀ) S⁻¹``, ``torque_std`` ``(n,)`` the reading noise's ``σ_τ`` per joint [N m]; and ``S⁻¹`` (``shooting.sandwich``)."""
+    ``torque_response``) with the normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module
+    docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e Kᵀ) S⁻¹``, ``torque_std`` ``(n,)`` the reading noise's ``σ_τ`` per joint
+    [N m]; and ``S⁻¹`` (``shooting.sandwich``)."""
     response, factor, follow = torque_response(problem, logs, ne, request)
     meat = _angle_information(blocks, follow)
     for k in response:

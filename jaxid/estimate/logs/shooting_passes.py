@@ -37,7 +37,15 @@ from .shooting import Blocks, normal_equations, shooting_cost
 from .shooting_solvers import EVALUATE, LINEARISE
 from .stepping import simulate_segments, stable_substeps, stage_torques
 
-__all__ = ["PassRequest", "ShootingProblem", "chunk_size", "run_passes", "run_pass_groups", "shooting_problem"]
+__all__ = [
+    "PassRequest",
+    "ShootingProblem",
+    "chunk_size",
+    "padded_rows",
+    "run_passes",
+    "run_pass_groups",
+    "shooting_problem",
+]
 
 
 class PassRequest(NamedTuple):
@@ -65,6 +73,12 @@ def chunk_size(total: int, chunk_segments: int, threads: int) -> int:
     return min(chunk_segments, 8 * math.ceil(math.ceil(total / chunks) / 8), 1 << (total - 1).bit_length())
 
 
+def padded_rows(total: int, size: int) -> np.ndarray:
+    """The segment of each row of chunks of ``size`` over ``total`` segments, the last chunk filled by repeating the
+    last segment (its results dropped)."""
+    return np.minimum(np.arange(-(-total // size) * size), total - 1)
+
+
 def run_passes(jacobian: bool, requests: Sequence[PassRequest], chunk_segments: int) -> list:
     """One pass for every request, their segments through one compiled program (module docstring): with
     ``jacobian`` the ``Blocks`` of each (``rtr``, ``rtg`` summed over its segments, ``scores`` its per-segment
@@ -90,7 +104,7 @@ def run_pass_groups(
         counts = [r.torques.shape[0] for r in requests]
         total = sum(counts)
         size = int(chunk_segments) if fixed else chunk_size(total, int(chunk_segments), threads)
-        fill = np.minimum(np.arange(-(-total // size) * size), total - 1)  # padded → real segment
+        fill = padded_rows(total, size)
         # The programs' arguments, one row per segment (θ and σ repeated over a fit's segments), padded.
         per_fit = {f: np.concatenate([getattr(r, f) for r in requests]) for f in ("states", "torques", "measured")}
         for f in ("theta", "sigma"):
