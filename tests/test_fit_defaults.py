@@ -58,7 +58,7 @@ def test_output_error_in_a_fit_weights_its_gaps_like_an_angle_sample():
 
 
 def test_output_error_s_solver_reaches_the_fit_and_the_consistent_variant_refuses_the_trust_region(monkeypatch):
-    """The class runs ``output_error`` with the trust region unless told (``solver=None``), Gauss–Newton when
+    """The class runs ``output_error`` with the hybrid solver unless told (``solver=None``), Gauss–Newton when
     told (a fit's ``FIT_OPTIONS``); the consistent variant takes no trust region (a one-line error)."""
     from jaxid.estimate import make_estimator
     from jaxid.estimate import nonlinear_estimators as ne
@@ -76,7 +76,7 @@ def test_output_error_s_solver_reaches_the_fit_and_the_consistent_variant_refuse
     for options in ({}, {"solver": "gauss_newton"}):
         with pytest.raises(RuntimeError, match="stop"):
             make_estimator("output_error", options)._fit_logs([], Model, None, {"constraint": "none", **options})
-    assert seen == ["trust_region", "gauss_newton"]
+    assert seen == ["hybrid", "gauss_newton"]
     with pytest.raises(ValueError, match="solver='trust_region' applies to constraint='none' only"):
         make_estimator("output_error_consistent", {"solver": "trust_region"})._fit_logs(
             [], Model, None, {"constraint": "consistent", "solver": "trust_region"}
@@ -86,8 +86,9 @@ def test_output_error_s_solver_reaches_the_fit_and_the_consistent_variant_refuse
 
 
 def test_output_error_s_parameter_tolerance_reaches_gauss_newton_and_is_refused_elsewhere(monkeypatch):
-    """``parameter_tolerance`` goes to ``output_error`` with Gauss–Newton (the fit's solver); with the trust
-    region or the consistent variant, where no such rule runs, a changed value is a one-line error."""
+    """``parameter_tolerance`` goes to ``output_error`` with Gauss–Newton (the fit's solver) and the hybrid (the
+    estimator's default); with the trust region or the consistent variant, where no such rule runs, a changed
+    value is a one-line error."""
     from jaxid.estimate import make_estimator
     from jaxid.estimate import nonlinear_estimators as ne
 
@@ -101,13 +102,14 @@ def test_output_error_s_parameter_tolerance_reaches_gauss_newton_and_is_refused_
         regressor, names, known = None, ("a",), None
 
     monkeypatch.setattr(ne, "output_error", spy)
-    options = {"solver": "gauss_newton", "parameter_tolerance": 0.2}
-    with pytest.raises(RuntimeError, match="stop"):
-        make_estimator("output_error", options)._fit_logs([], Model, None, {"constraint": "none", **options})
-    assert seen == [0.2]
-    with pytest.raises(ValueError, match="add solver = 'gauss_newton'"):
+    for solver in ("gauss_newton", None):  # None: the estimator's default, the hybrid
+        options = {"solver": solver, "parameter_tolerance": 0.2}
+        with pytest.raises(RuntimeError, match="stop"):
+            make_estimator("output_error", options)._fit_logs([], Model, None, {"constraint": "none", **options})
+    assert seen == [0.2, 0.2]
+    with pytest.raises(ValueError, match="drop solver = 'trust_region' or parameter_tolerance"):
         make_estimator("output_error", {"parameter_tolerance": 0.2})._fit_logs(
-            [], Model, None, {"constraint": "none", "solver": None, "parameter_tolerance": 0.2}
+            [], Model, None, {"constraint": "none", "solver": "trust_region", "parameter_tolerance": 0.2}
         )
     with pytest.raises(ValueError, match="the consistent variant stops on its own certificate"):
         make_estimator("output_error_consistent", {"parameter_tolerance": 0.2})._fit_logs(

@@ -270,7 +270,7 @@ def test_bad_chunk_size_is_refused(two_link):
         output_error(logs, regressor, names, start=ls, chunk_segments=0)
     with pytest.raises(ValueError, match="lags must be -1 .* got -2"):
         output_error(logs, regressor, names, start=ls, covariance="sandwich", lags=-2)
-    with pytest.raises(ValueError, match="solver must be 'gauss_newton' or 'trust_region', got 'lm'"):
+    with pytest.raises(ValueError, match="solver must be one of gauss_newton, trust_region, hybrid; got 'lm'"):
         output_error(logs, regressor, names, start=ls, solver="lm")
 
 
@@ -306,7 +306,7 @@ def test_ur5_equals_the_dense_path():
     assert est.status == status == "ok" and est.condition == pytest.approx(cond, rel=0.02)
 
 
-@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton"])
+@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton", "hybrid"])
 def test_a_start_whose_simulations_diverge_is_refused_with_its_cause(two_link, solver):
     """A start whose segment simulations are not finite (here one parameter not a number) raises one error
     that says so and what to start from; the benchmark records it as ``diverged``."""
@@ -320,7 +320,7 @@ def test_a_start_whose_simulations_diverge_is_refused_with_its_cause(two_link, s
     assert _failure(err.value) == "diverged"
 
 
-@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton"])
+@pytest.mark.parametrize("solver", ["trust_region", "gauss_newton", "hybrid"])
 def test_fits_in_lockstep_equal_each_fit_alone(two_link, solver):
     """``output_error_batch``: three fits (the log; the log shifted by 1e-5 rad of angle noise; a shorter log,
     5 segments instead of 7) and a fourth whose start cannot be simulated run in lockstep, each round's passes
@@ -360,7 +360,7 @@ def test_lockstep_refuses_an_unknown_option_before_any_pass(two_link):
 
 
 def test_the_estimator_runs_its_fits_in_lockstep(two_link):
-    """``OutputError.fit_logs_batch``: the estimator's options translated as for one fit (the trust region by
+    """``OutputError.fit_logs_batch``: the estimator's options translated as for one fit (the hybrid solver by
     default), each trial equal to the estimator called on it alone up to round-off; the consistent variant is
     refused in one line (it runs trial by trial)."""
     from jaxid.estimate import OutputError
@@ -370,7 +370,7 @@ def test_the_estimator_runs_its_fits_in_lockstep(two_link):
     model = RegressionModel(regressor, names)
     got = OutputError().fit_logs_batch([logs, logs], model, [ls, ls])
     alone = OutputError()(logs, model, start=ls)
-    assert alone.notes == converged.notes  # the estimator's default: the trust region, as the fixture's
+    assert "solver: hybrid, " in alone.notes and alone.status == "ok"  # the estimator's default
     for est in got:
         _close(est, alone.value, alone.covariance, rtol_theta=1e-10, rtol_cov=1e-10)
         assert (est.status, est.iterations, est.notes) == (alone.status, alone.iterations, alone.notes)

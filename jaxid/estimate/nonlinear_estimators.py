@@ -130,19 +130,16 @@ class OutputError(AbstractEstimator):
     least squares on the linearised problem, so the optimum may lie on the consistency boundary),
     started from the consistent least squares on IDIM-LS's rows; needs the model's ``ConsistentMap``.
 
-    ``solver`` (``constraint="none"`` only; default ``None``: ``"trust_region"``): ``output_error``'s
-    ``"trust_region"`` or ``"gauss_newton"``. At the default continuity weight 100 the trust region converges
-    more often on closed-loop logs with torque noise (``benchmark_panda``, 5 trials each: ``ok`` in 5 of 5 rich
-    and 3 of 5 poorly exciting against Gauss–Newton's 2 and 0; ``benchmark_ur5`` poorly exciting: 3 against 2);
-    ``jaxid fit`` weighs the gaps 1 and runs Gauss–Newton (``jaxid.config.fit.FIT_OPTIONS``), which stops with
-    a stationarity certificate there. Rechecked with Gauss–Newton's convergence in the parameters
-    (``benchmark_panda``, 5 trials each): at weight 100 still ``ok`` in 2 of 5 rich and 0 of 5 poorly exciting;
-    at weight 1 in 5 and 4 of 5 (2.2 s a rich trial against the trust region's 4.0 s), but with held-out
-    torque 0.154 N m on the poorly exciting trials against the trust region's 0.094 (rich: 0.108 and 0.110),
-    so the estimator's default stays. The consistent variant runs its own constrained Gauss–Newton (``solver``
-    ``None`` or ``"gauss_newton"``).
+    ``solver`` (``constraint="none"`` only; default ``None``: ``"hybrid"``): ``output_error``'s ``"hybrid"``
+    (``jaxid.estimate.logs.shooting_hybrid``: Gauss–Newton steps with a line search, the trust region where they
+    fail), ``"trust_region"`` (scipy's ``trf``) or ``"gauss_newton"`` (Nielsen-damped). At the default continuity
+    weight 100 the hybrid converges where the trust region crawls (``benchmark_panda``'s poorly exciting trials,
+    12 from consistent LS: ``ok`` in 9 against 6 within 30 passes; rich, 6: ``ok`` in 4-6 passes) and damped
+    Gauss–Newton more rarely still (0 of 5). ``jaxid fit`` weighs the gaps 1 and runs Gauss–Newton
+    (``jaxid.config.fit.FIT_OPTIONS``), which stops with a stationarity certificate there. The consistent variant
+    runs its own constrained Gauss–Newton (``solver`` ``None`` or ``"gauss_newton"``).
 
-    ``parameter_tolerance`` (Gauss–Newton, ``constraint="none"``; default 0.05): stop once the undamped step
+    ``parameter_tolerance`` (Gauss–Newton and the hybrid, ``constraint="none"``; default 0.05): stop once the undamped step
     moves no parameter by more than this many of its standard deviations (``output_error``); 0: only the
     stationarity certificate, ``ftol`` and ``xtol``.
 
@@ -181,7 +178,7 @@ class OutputError(AbstractEstimator):
     continuity_weight: float = _static_float(100.0)
     max_iterations: int = _static(30)
     constraint: Literal["none", "consistent"] = _static("none")
-    solver: Literal["gauss_newton", "trust_region"] | None = _static(None)
+    solver: Literal["gauss_newton", "trust_region", "hybrid"] | None = _static(None)
     parameter_tolerance: float = _static_float(PARAMETER_TOLERANCE)
     covariance: Literal["sandwich", "inputs"] = _static("inputs")
     torque_std: float | None = _static(None)
@@ -195,15 +192,15 @@ class OutputError(AbstractEstimator):
 
     def _plain_options(self, options: dict) -> dict:
         """``output_error``'s keyword arguments for the plain variant (``constraint="none"``) from the options."""
-        solver = options.pop("solver", None) or "trust_region"
+        solver = options.pop("solver", None) or "hybrid"
         tolerance = options.pop("parameter_tolerance", PARAMETER_TOLERANCE)
         options.pop("constraint")
-        if solver == "gauss_newton":
+        if solver in ("gauss_newton", "hybrid"):
             options["parameter_tolerance"] = tolerance
         elif tolerance != PARAMETER_TOLERANCE:
             raise ValueError(
-                f"{self.name}: parameter_tolerance is Gauss–Newton's stopping rule, and this runs the trust "
-                "region; add solver = 'gauss_newton' or drop it."
+                f"{self.name}: parameter_tolerance is Gauss–Newton's and the hybrid's stopping rule, and this runs "
+                "the trust region; drop solver = 'trust_region' or parameter_tolerance."
             )
         return dict(options, solver=solver)
 

@@ -29,20 +29,19 @@ padded by repeating a segment (its blocks dropped): one compiled program per mod
 the logs' lengths. Many independent fits can run in lockstep, each round's passes of all of them as one
 program (``jaxid.estimate.logs.output_error_batch``).
 
-**Solver** (``solver="gauss_newton"``, the default): ``jaxid.estimate.logs.shooting_solvers.gauss_newton``, the
-Gauss–Newton loop it shares with the physically consistent variant: each step solves
-``(JᵀJ + μ D²) δ = −Jᵀr`` on the normal equations (``D²`` the largest diagonal of ``JᵀJ`` met, ``μ`` from
-``damping`` = 1e-6 by Nielsen's rule), a trial point is first simulated without the Jacobian
-(``_shooting_residuals``: no tangents) and linearised only once accepted. It stops (status ``"ok"``) on
-**stationarity**: the undamped Gauss–Newton model at the iterate cannot lower the cost by more than
-``1e-6`` of it (``½ gᵀ(JᵀJ)⁻¹g``, stated in the notes: a first-order certificate far below the cost of one
-standard deviation, ``σ̂²/2 ≈ cost/dof``); on **convergence in the parameters**: the undamped step moves no
-parameter by more than ``parameter_tolerance`` = 0.05 of its standard deviation (``σ̂² (JᵀJ)⁻¹``, the
-states eliminated; ``PARAMETER_TOLERANCE`` says why), tested once the cost can fall by at most 1e-3 of itself
-(``shooting_solvers.SETTLED_COST``: a far-off start's inflated ``σ̂²`` does not make its steps look small); or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else
-``"max_iterations"`` after ``max_iterations`` passes. ``solver="trust_region"`` is
-``scipy.optimize.least_squares(method="trf", x_scale="jac")``'s trust-region method step for step
-(``shooting_solvers.trust_region_steps``: the dense route's iterates to round-off, ``tests/test_output_error_streaming.py``).
+**Solver** (``solver="gauss_newton"``, the default): ``shooting_solvers.gauss_newton``, shared with the
+physically consistent variant: each step solves ``(JᵀJ + μ D²) δ = −Jᵀr`` on the normal equations (``D²`` the
+largest diagonal of ``JᵀJ`` met, ``μ`` from ``damping`` = 1e-6 by Nielsen's rule); a trial point is first
+simulated without the Jacobian (``_shooting_residuals``) and linearised only once accepted. It stops (``"ok"``) on
+**stationarity** (the undamped model cannot lower the cost by more than ``1e-6`` of it, ``½ gᵀ(JᵀJ)⁻¹g``, far
+below the cost of one standard deviation, ``σ̂²/2 ≈ cost/dof``), on **convergence in the parameters** (the
+undamped step moves no parameter by more than ``parameter_tolerance`` = 0.05 of its standard deviation, the
+states eliminated; tested once the cost can fall by at most ``shooting_solvers.SETTLED_COST`` = 1e-3 of itself),
+or on scipy's ``ftol = 1e-8`` / ``xtol = 1e-10``; else ``"max_iterations"`` after ``max_iterations`` passes.
+``solver="trust_region"``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")`` step for step
+(``shooting_solvers.trust_region_steps``: the dense route's iterates to round-off). ``solver="hybrid"``
+(``shooting_hybrid``): Gauss–Newton steps with a line search along the undamped direction, the trust region
+where they fail, the same stops; at continuity weight 100 it converges where the others crawl.
 
 **Large residuals: the continuity weight.** Gauss–Newton's model drops ``Σ r_i ∇²r_i``; that is harmless
 while the residuals are small, not where the continuity rows stay large at the optimum. On 100-Hz
@@ -51,23 +50,15 @@ closed-loop logs with torque noise (``scripts/bench_fit_cost.py``'s UR5 campaign
 0.5 s (errors in variables), ~100 angle-noise stds: with ``continuity_weight = 100`` the gaps cannot
 close, the fit is pulled towards one simulation per 50-s log, and along a damped step the gap rows'
 second-order term is ~7× their Gauss–Newton curvature (~200× along the undamped step). Measured on 2 of
-its runs (198 segments): the trust region ends at ``max_iterations`` (cost 2.345e9 after 30 passes,
-0.1 % per pass), Gauss–Newton too (2.2727e9 after 60, ~1e-5 per pass, held-out torque RMSE 0.70 N m
-against 0.32 for the start); with ``continuity_weight = 1`` (a gap of one noise std costs one angle
-sample) Gauss–Newton is ``"ok"`` (stationary) after 6 passes (the trust region: ``ftol`` after 8
-Jacobians), held-out 0.32 N m; ``0.1``: ``"ok"`` after 25 passes, held-out 0.34 N m. On the campaign's 8
-training runs (792 segments) with weight 1: Gauss–Newton ``"ok"`` after 20 passes (15 Jacobians, 334 s
-at load ~5 on 2 cores; within 3e-5 of the final cost after 6), the trust region ``"ok"`` (``ftol``) after
-14 Jacobians (258 s), both held-out 0.316 N m (start 0.315; with weight 100 the trust region: 27
-Jacobians, 645 s, ``"max_iterations"``). The weight is the model's statement of how far a segment may
+its runs (198 segments): the trust region and Gauss–Newton end at ``max_iterations`` (held-out torque RMSE
+0.70 N m against 0.32 for the start); with ``continuity_weight = 1`` (a gap of one noise std costs one angle
+sample) Gauss–Newton is ``"ok"`` after 6 passes, held-out 0.32 N m; on the campaign's 8 training runs (792
+segments) ``"ok"`` after 20 passes (334 s at load ~5 on 2 cores), held-out 0.316 N m (start 0.315). The weight is the model's statement of how far a segment may
 miss the next one's start; for such logs pass a small one.
 
-The sensitivities come from ``acceleration_sensitivities`` (``jaxid.estimate.logs.data``: the mass
-matrix's inverse and ``D⁻¹ J``, once per RK4 stage) through one copy of the model per step
-(``stepping.integrate_sample``). The chunk program is compiled once per model (``regressor`` and ``known`` static,
+The sensitivities: ``acceleration_sensitivities`` (``data``) through ``stepping.integrate_sample``. The chunk program is compiled once per model (``regressor`` and ``known`` static,
 hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
-the same segment length, reuses it.
-Started from IDIM-LS.
+the same segment length, reuses it. Started from IDIM-LS.
 
 **Covariance.** The residuals are not white: a simulation driven by the measured (noisy, low-passed)
 torque drifts from the measured angles by a smooth error that dominates them (about 10 angle-noise
@@ -121,6 +112,7 @@ from jaxtyping import Array, ArrayLike
 from .data import FilteredLog, Known, Regressor, torque_noise_std
 from .idim import Identification
 from .shooting import covariance_envelope, normal_equations, schur_complement, segment_sandwich
+from .shooting_hybrid import hybrid_steps
 from .shooting_inputs import input_noise_covariance
 from .shooting_passes import ShootingProblem, shooting_problem
 from .shooting_solvers import gauss_newton_steps, solve, trust_region_steps
@@ -136,6 +128,8 @@ CHUNK_SEGMENTS = 64
 #: stationarity certificate took 15 passes, with every parameter within 0.012 of its std of the final
 #: value after 5; the undamped step (0.075 std there, 0.034 one pass later) overstates what is left.
 PARAMETER_TOLERANCE = 0.05
+#: ``output_error``'s solvers (``solver=``).
+SOLVERS = ("gauss_newton", "trust_region", "hybrid")
 
 
 def _covariance(covariance: str, lags: int | None, torque_std, logs) -> tuple[int, np.ndarray | None]:
@@ -221,14 +215,14 @@ def output_error(
             ``lags`` not used); ``"sandwich"``: as ``lags`` says.
         torque_std: with ``covariance="inputs"``, the reading noise's std per joint [N m] (a number or ``(n,)``);
             default ``data.torque_noise_std`` of the logs.
-        solver: ``"gauss_newton"`` (default: ``shooting_solvers.gauss_newton``, Nielsen-damped Gauss–Newton, stops on
-            the stationarity certificate, ``ftol`` or ``xtol``) or ``"trust_region"`` (scipy's ``trf``
-            step for step, ``shooting_solvers.trust_region_steps``: the dense route's iterates).
+        solver: ``"gauss_newton"`` (default), ``"trust_region"`` or ``"hybrid"`` (what ``OutputError`` runs):
+            module docstring, "Solver".
         damping: Gauss–Newton's starting ``μ`` (relative to ``D²``; ``shooting_solvers.gauss_newton``).
         parameter_tolerance: Gauss–Newton also stops (``"ok"``) once its undamped step moves no parameter by
             more than this many of its standard deviations (``shooting.parameter_step``; default
-            ``PARAMETER_TOLERANCE`` = 0.05); ``None``: only the stationarity certificate, ``ftol`` and ``xtol``. Not used with a
-            parametrisation (its ``z`` need not be determined) or the trust region.
+            ``PARAMETER_TOLERANCE`` = 0.05); ``None``: only the stationarity certificate, ``ftol`` and ``xtol``. The
+            hybrid's second phase too. Not used with a parametrisation (its ``z`` need not be determined) or the
+            trust region.
 
     Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a
     parametrisation) whose ``residual_std`` is the per-joint angle RMS error [rad], whose ``iterations``
@@ -297,8 +291,8 @@ def output_error_fit(
                 f"output_error: parametrisation(z) has shape {shape}; it must give the {p} parameters {names[:3]}...."
             )
     covariance = _covariance(covariance, lags, torque_std, logs)
-    if solver not in ("gauss_newton", "trust_region"):
-        raise ValueError(f"output_error: solver must be 'gauss_newton' or 'trust_region', got {solver!r}.")
+    if solver not in SOLVERS:
+        raise ValueError(f"output_error: solver must be one of {', '.join(SOLVERS)}; got {solver!r}.")
     theta0 = z_start if parametrisation is None else np.asarray(parametrisation(jnp.asarray(z_start)))
     problem = shooting_problem(
         logs, regressor, theta0, segment_s, stride, continuity_weight, known, parametrisation, chunk_segments, substeps
@@ -312,6 +306,11 @@ def output_error_fit(
             parameter_tolerance=parameter_tolerance if parametrisation is None else None,
             dof=problem.dof,
         )
+    elif solver == "hybrid":
+        tolerance = parameter_tolerance if parametrisation is None else None
+        steps = hybrid_steps(
+            z_start, problem.x0, max_evaluations=max_iterations, parameter_tolerance=tolerance, dof=problem.dof
+        )
     else:
         steps = trust_region_steps(z_start, problem.x0, max_evaluations=max_iterations)
 
@@ -320,7 +319,8 @@ def output_error_fit(
             sol, _, _, mu = result
             note = f"solver: Gauss–Newton, {sol.evaluations - 1} steps, μ = {mu:.2g}; {sol.message}"
         else:
-            sol, note = result, f"solver: {result.message}"
+            sol = result
+            note = f"solver: {f'hybrid, {sol.evaluations} passes; ' if solver == 'hybrid' else ''}{sol.message}"
         blocks, theta_hat = sol.extra
         # The θ problem at the solution (with a parametrisation: its θ columns, not the z ones).
         theta_normal = (

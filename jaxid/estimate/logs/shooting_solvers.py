@@ -42,6 +42,7 @@ __all__ = [
     "SETTLED_COST",
     "gauss_newton",
     "plain_step",
+    "converged_message",
 ]
 
 
@@ -269,16 +270,22 @@ def gauss_newton_steps(
         col_par, col_x = ne.column_norms()
         d2_par, d2_x = np.maximum(d2_par, col_par**2), np.maximum(d2_x, col_x**2)
     status = "max_iterations" if termination is None else "ok"
+    message = converged_message(termination, certified)
+    return Solution(par, states, ne, extra, evaluations, jacobians, status, message), carry, infos, mu
+
+
+def converged_message(termination: int | None, certified: float | None = None) -> str:
+    """A solver's message for its ``termination`` code: scipy's (0-4), or 5 (stationary: the undamped
+    linearised problem lowers the cost by at most ``certified`` of it), 6 (converged in the parameters: the
+    undamped step moves none by more than ``certified`` of its standard deviation)."""
     if termination == 5:
-        message = f"stationary: the linearised problem lowers the cost by at most {certified:.1e} of it"
-    elif termination == 6:
-        message = (
+        return f"stationary: the linearised problem lowers the cost by at most {certified:.1e} of it"
+    if termination == 6:
+        return (
             f"converged in the parameters: the undamped Gauss–Newton step moves none by more than "
             f"{certified:.1e} of its standard deviation"
         )
-    else:
-        message = _MESSAGES[termination or 0]
-    return Solution(par, states, ne, extra, evaluations, jacobians, status, message), carry, infos, mu
+    return _MESSAGES[termination or 0]
 
 
 def trust_region_steps(
@@ -290,6 +297,8 @@ def trust_region_steps(
     ftol: float = 1e-8,
     xtol: float = 1e-10,
     gtol: float = 1e-8,
+    handoff: tuple[float, float] | None = None,
+    resume: tuple | None = None,
 ) -> Generator[tuple[str, np.ndarray, np.ndarray], object, Solution]:
     """Minimise ``½ |r|²`` over ``(φ, x)``: ``scipy.optimize.least_squares(method="trf", x_scale="jac")``
     without bounds, step for step, its trust-region subproblem solved on the normal equations
@@ -302,21 +311,35 @@ def trust_region_steps(
     the cost ``½ |r|²`` alone, or ``None`` where not finite; a pass without the Jacobian), and linearised
     once accepted: rejected steps then cost a residual pass, not a Jacobian. The iterates are the same.
     Raises ``ValueError`` if the start is not finite. ``status``: ``"ok"`` (a tolerance met) or
-    ``"max_iterations"`` (``max_evaluations`` passes made). ``solve`` runs it on one fit's passes."""
-    first = yield LINEARISE, par, states
-    if first is None:
-        raise _start_diverged()
-    ne, extra = first
-    evaluations = jacobians = 1
+    ``"max_iterations"`` (``max_evaluations`` passes made). ``solve`` runs it on one fit's passes.
+    ``handoff = (near, crawl)``: also stop (status ``"handoff"``) at an iterate where the undamped Gauss–Newton
+    model promises a decrease of at most ``near`` times the cost, or where the last step lowered the cost by
+    less than ``crawl`` times what that model promised before it (``shooting_hybrid``'s first phase);
+    ``resume = (ne, extra, evaluations, jacobians)``: start from a point already linearised (its normal
+    equations and extra), with the passes and Jacobians already spent (``shooting_hybrid`` going back)."""
+    if resume is None:
+        first = yield LINEARISE, par, states
+        if first is None:
+            raise _start_diverged()
+        ne, extra = first
+        evaluations = jacobians = 1
+    else:
+        ne, extra, evaluations, jacobians = resume
     scale_par, scale_x = (np.where(c > 0, c, 1.0) for c in ne.column_norms())
     radius = float(np.sqrt(np.sum((par * scale_par) ** 2) + np.sum((states * scale_x) ** 2))) or 1.0
     alpha = 0.0
-    termination = None
+    termination, previous = None, None
     while True:
         if max(np.abs(ne.g_par).max(initial=0.0), np.abs(ne.g_x).max(initial=0.0)) < gtol:
             termination = 1
         if termination is not None or evaluations >= max_evaluations:
             break
+        if handoff is not None and (resume is None or jacobians > resume[3]):  # resumed: one step first
+            promised = undamped_decrease(ne)
+            crawling = previous is not None and previous[1] - ne.cost < handoff[1] * previous[0]
+            if promised <= handoff[0] * ne.cost or crawling:
+                return Solution(par, states, ne, extra, evaluations, jacobians, "handoff", "handed over")
+            previous = (promised, ne.cost)
         reduction, trial = -1.0, None
         while reduction <= 0 and evaluations < max_evaluations:
             d_par, d_x, alpha = _trust_region_step(ne, scale_par, scale_x, radius, alpha)

@@ -1,0 +1,67 @@
+"""``shooting_hybrid.hybrid_steps`` (the trust region, then Gauss–Newton with a line search) on a small least
+squares problem given as normal equations: a Rosenbrock valley in two parameters ``φ`` with one segment's state
+``x`` tied to ``φ₁`` and an inconsistent row (a residual that stays at the optimum), against
+``scipy.optimize.least_squares`` run to tight tolerances on the same residuals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import least_squares
+
+from jaxid.estimate.logs.shooting import NormalEquations
+from jaxid.estimate.logs.shooting_hybrid import hybrid_steps
+from jaxid.estimate.logs.shooting_solvers import solve
+
+
+def _residuals(z):
+    a, b, x = z
+    return np.array([10 * (b - a**2), 1 - a, 3 * (x - b), x - 1.5])
+
+
+def _jacobian(z):
+    a, b, x = z
+    return np.array([[-20 * a, 10, 0], [-1, 0, 0], [0, -3, 3], [0, 0, 1.0]])
+
+
+def _normal(par, states):
+    z = np.concatenate([par, states.ravel()])
+    r, jac = _residuals(z), _jacobian(z)
+    jp, jx = jac[:, :2], jac[:, 2:]
+    ne = NormalEquations(
+        jp.T @ jp,
+        (jp.T @ jx)[None],
+        (jx.T @ jx)[None],
+        np.zeros((0, 1, 1)),
+        jp.T @ r,
+        (jx.T @ r)[None],
+        0.5 * r @ r,
+        np.zeros((1, 1)),
+    )
+    return ne, None
+
+
+def _cost(par, states):
+    r = _residuals(np.concatenate([par, states.ravel()]))
+    return 0.5 * r @ r
+
+
+START = (np.array([-1.2, 1.0]), np.array([[0.0]]))
+
+
+def test_the_hybrid_reaches_the_least_squares_optimum():
+    """From Rosenbrock's start (scipy's tolerances off) the hybrid stops ``ok`` on its stationarity certificate,
+    which only its second phase gives, at scipy's optimum to 1e-6 within 40 passes."""
+    reference = least_squares(
+        _residuals, np.concatenate([START[0], START[1].ravel()]), jac=_jacobian, xtol=1e-15, ftol=1e-15, gtol=1e-15
+    )
+    sol = solve(hybrid_steps(*START, max_evaluations=40, stationarity=1e-12, ftol=0, xtol=0, gtol=0), _normal, _cost)
+    assert sol.status == "ok" and sol.message.startswith("stationary"), sol.message
+    np.testing.assert_allclose(np.concatenate([sol.par, sol.states.ravel()]), reference.x, atol=1e-6)
+    assert sol.normal.cost == pytest.approx(reference.cost, rel=1e-9)
+
+
+def test_the_hybrid_s_budget_counts_both_phases():
+    """A budget too small for the valley ends ``max_iterations`` with exactly that many passes."""
+    sol = solve(hybrid_steps(*START, max_evaluations=6), _normal, _cost)
+    assert sol.status == "max_iterations" and sol.evaluations == 6
