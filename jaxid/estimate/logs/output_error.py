@@ -53,12 +53,12 @@ second-order term is ~7× their Gauss–Newton curvature (~200× along the undam
 its runs (198 segments): the trust region and Gauss–Newton end at ``max_iterations`` (held-out torque RMSE
 0.70 N m against 0.32 for the start); with ``continuity_weight = 1`` (a gap of one noise std costs one angle
 sample) Gauss–Newton is ``"ok"`` after 6 passes, held-out 0.32 N m; on the campaign's 8 training runs (792
-segments) ``"ok"`` after 20 passes (334 s at load ~5 on 2 cores), held-out 0.316 N m (start 0.315). The weight is the model's statement of how far a segment may
-miss the next one's start; for such logs pass a small one.
+segments) ``"ok"`` after 20 passes (334 s at load ~5 on 2 cores), held-out 0.316 N m (start 0.315). The weight
+is the model's statement of how far a segment may miss the next one's start; for such logs pass a small one.
 
-The sensitivities: ``acceleration_sensitivities`` (``data``) through ``stepping.integrate_sample``. The chunk program is compiled once per model (``regressor`` and ``known`` static,
-hashed by identity), step, stride and chunk shape: every pass, and every later call on logs with
-the same segment length, reuses it. Started from IDIM-LS.
+The sensitivities: ``acceleration_sensitivities`` (``data``) through ``stepping.integrate_sample``. The chunk
+program is compiled once per model (``regressor`` and ``known`` static, hashed by identity), step, stride and
+chunk shape: every pass, and every later call on logs with the same segment length, reuses it.
 
 **Covariance.** The residuals are not white: a simulation driven by the measured (noisy, low-passed)
 torque drifts from the measured angles by a smooth error that dominates them (about 10 angle-noise
@@ -221,7 +221,7 @@ def output_error(
         parameter_tolerance: Gauss–Newton also stops (``"ok"``) once its undamped step moves no parameter by
             more than this many of its standard deviations (``shooting.parameter_step``; default
             ``PARAMETER_TOLERANCE`` = 0.05); ``None``: only the stationarity certificate, ``ftol`` and ``xtol``. The
-            hybrid's second phase too. Not used with a parametrisation (its ``z`` need not be determined) or the
+            hybrid's line search too. Not used with a parametrisation (its ``z`` need not be determined) or the
             trust region.
 
     Returns an ``Identification`` (with ``return_z``: ``(Identification, z)``) of ``θ`` (of ``θ(z)`` with a

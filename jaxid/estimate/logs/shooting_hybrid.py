@@ -51,8 +51,9 @@ from .shooting_solvers import (
 
 __all__ = ["HANDOFF", "HANDBACK", "ARMIJO", "MIN_STEP", "hybrid_steps"]
 
-#: Phase 2 begins where the undamped Gauss–Newton model promises at most ``HANDOFF[0]`` of the cost, or where a
-#: trust-region step realised less than ``HANDOFF[1]`` of what that model promised before it (the crawl).
+#: The trust region hands back to the line search where the undamped Gauss–Newton model promises at most
+#: ``HANDOFF[0]`` of the cost, or where one of its steps realised less than ``HANDOFF[1]`` of what that model
+#: promised before it (the crawl).
 HANDOFF = (1e-2, 0.1)
 #: A line-search step is accepted where the cost falls by at least this fraction of the model's prediction.
 ARMIJO = 0.1
@@ -76,8 +77,8 @@ def hybrid_steps(
     xtol: float = 1e-10,
     gtol: float = 1e-8,
 ) -> Generator[tuple[str, np.ndarray, np.ndarray], object, Solution]:
-    """Minimise ``½ |r|²`` over ``(φ, x)``: the trust region, then Gauss–Newton with a line search (module
-    docstring). A generator of pass requests like ``trust_region_steps`` (``shooting_solvers``, "Passes");
+    """Minimise ``½ |r|²`` over ``(φ, x)``: Gauss–Newton steps with a line search, the trust region where they
+    fail (module docstring). A generator of pass requests like ``trust_region_steps`` (``shooting_solvers``, "Passes");
     returns its ``Solution`` (``jacobians``: the accepted points of both phases). ``parameter_tolerance``
     with ``dof`` (the residuals' degrees of freedom) as in ``gauss_newton_steps``; ``None``: stationarity only.
     Raises ``ValueError`` if the start is not finite."""
@@ -99,9 +100,9 @@ def hybrid_steps(
 
 
 def _line_search(sol: Solution, max_evaluations, parameter_tolerance, dof, stationarity, ftol, xtol, gtol):
-    """``hybrid_steps``' second phase from the trust region's ``Solution``: Gauss–Newton steps with a line search
-    (module docstring); its ``Solution``, status ``"handback"`` after a step shorter than ``HANDBACK`` or a
-    line search that found no step (the trust region goes on from there)."""
+    """``hybrid_steps``' line-search phase from a ``Solution`` (the start's, or the trust region's hand-off):
+    Gauss–Newton steps with a line search (module docstring); its ``Solution``, status ``"handback"`` after a step
+    shorter than ``HANDBACK`` or a line search that found no step (the trust region goes on from there)."""
     par, states, ne, extra = sol.par, sol.states, sol.normal, sol.extra
     evaluations, jacobians, t = sol.evaluations, sol.jacobians, 1.0
     termination, certified = None, None
