@@ -139,9 +139,9 @@ class OutputError(AbstractEstimator):
     (``jaxid.config.fit.FIT_OPTIONS``), which stops with a stationarity certificate there. The consistent variant
     runs its own constrained Gauss–Newton (``solver`` ``None`` or ``"gauss_newton"``).
 
-    ``parameter_tolerance`` (Gauss–Newton and the hybrid, ``constraint="none"``; default 0.05): stop once the undamped step
-    moves no parameter by more than this many of its standard deviations (``output_error``); 0: only the
-    stationarity certificate, ``ftol`` and ``xtol``.
+    ``parameter_tolerance`` (Gauss–Newton and the hybrid, ``constraint="none"``; default 0.05): stop once the
+    undamped step moves no parameter by more than this many of its standard deviations (``output_error``); 0:
+    only the stationarity certificate, ``ftol`` and ``xtol``.
 
     ``covariance`` (default ``"inputs"``): the first-order covariance with the torque reading's noise as an
     error in the simulated input (``jaxid.estimate.logs.shooting_inputs``), never below the segment sandwich;

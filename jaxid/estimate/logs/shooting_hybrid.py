@@ -142,7 +142,7 @@ def _line_search(sol: Solution, max_evaluations, parameter_tolerance, dof, stati
                 return Solution(par, states, ne, extra, evaluations, jacobians, "handback", "no step")
             break
         reduction = ne.cost - accepted[0].cost
-        ratio = reduction / max(model_decrease(ne, t * d_par, t * d_x), np.finfo(float).tiny)
+        ratio = reduction / max(predicted, np.finfo(float).tiny)  # the accepted trial's prediction
         termination = _termination(reduction, ratio, ne.cost, t * d_par, t * d_x, par, states, ftol, xtol) or None
         par, states = par + t * d_par, states + t * d_x
         ne, extra = accepted
