@@ -260,3 +260,20 @@ def test_a_designed_excitation_lowers_the_bound(tmp_path):
         assert max(plan.info["limit_ratios"].values()) <= 0.9 + 1e-3
         traces[excitation] = np.trace(plan.crlb)
     assert traces["bound"] < 0.75 * traces["random"], traces
+
+
+def test_setting_estimator_gives_the_setting_torque_noise():
+    # The benchmark tells output error's input covariance and the Kalman filters' process noise the setting's torque
+    # noise (a data sheet's figure), unless the setting's options give one, or, for a filter, its own process noise.
+    from jaxid.benchmark.trial import BenchmarkPlan, setting_estimator
+
+    def estimator(name, **options):
+        plan = object.__new__(BenchmarkPlan)  # setting_estimator reads the setting alone
+        plan.setting = {"estimator_options": {name: options}, "torque_std": 0.3}
+        return setting_estimator(plan, name)
+
+    assert estimator("ekf").torque_std == estimator("ukf").torque_std == estimator("output_error").torque_std == 0.3
+    assert estimator("ekf", torque_std=0.1).torque_std == 0.1
+    assert estimator("ekf", velocity_process_std=1e-3).torque_std is None
+    assert estimator("output_error", covariance="sandwich").torque_std is None
+    assert not hasattr(estimator("idim_ls"), "torque_std")

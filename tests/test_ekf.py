@@ -255,3 +255,33 @@ def test_kalman_filter_batch_equals_each_trial_alone(tmp_path):
     mixed = kalman_filter_batch(logs, regressor, names, starts=[broken, starts[1]])
     assert isinstance(mixed[0], ValueError) and "diverged" in str(mixed[0])
     np.testing.assert_allclose(mixed[1].value, batch[1].value, rtol=1e-9, atol=1e-12)
+
+
+def test_velocity_covariance_is_the_torque_noise_through_the_model_step():
+    # The filter's velocity process noise from a known torque noise (mass_floor.velocity_covariance) against the
+    # model's own RK4 step: a constant torque error e over one sample moves the velocity by J e, J = ∂q'/∂τ from
+    # autodiff of model_step, so its covariance is J Σ Jᵀ; the formula h² D⁻¹ Σ D⁻ᵀ, with D the arm's mass matrix,
+    # is that to first order in the step (here 1e-3 s). With a velocity_process_std its square is added, and the
+    # default without a torque noise is 0.01² I; a non-positive torque noise or a singular mass matrix is refused.
+    from jaxid.estimate.kalman.mass_floor import velocity_covariance
+    from jaxid.estimate.logs.stepping import model_step
+
+    arm, base, regressor = _lab_regressor()
+    theta = jnp.asarray(base.values(arm.standard_parameters()))
+    q, qd, h, sigma = jnp.array([0.4, -0.7]), jnp.array([0.3, 0.5]), 1e-3, np.array([0.2, 0.05])
+    stages = jnp.tile(jnp.array([[0.5, -0.2]]), (3, 1))
+
+    def velocity(e):
+        return model_step(regressor, theta, jnp.concatenate([q, qd]), stages + e, h)[2:]
+
+    jac = np.asarray(jax.jacfwd(velocity)(jnp.zeros(2)))
+    expected = jac @ np.diag(sigma**2) @ jac.T
+    masses = np.asarray(arm.mass_matrix(q))[None]
+    got = velocity_covariance(masses, h, None, sigma, "ekf")
+    np.testing.assert_allclose(got, expected, rtol=5e-3)
+    np.testing.assert_allclose(velocity_covariance(masses, h, 1e-3, sigma, "ekf"), got + 1e-6 * np.eye(2), rtol=1e-12)
+    np.testing.assert_allclose(velocity_covariance(masses, h, None, None, "ekf"), 1e-4 * np.eye(2))
+    with pytest.raises(ValueError, match="torque_std must be positive"):
+        velocity_covariance(masses, h, None, -0.1, "ekf")
+    with pytest.raises(ValueError, match="not positive definite"):
+        velocity_covariance(-masses, h, None, sigma, "ekf")

@@ -287,12 +287,14 @@ def validation_rmse(plan: BenchmarkPlan, theta: np.ndarray) -> float:
 
 
 def setting_estimator(plan: BenchmarkPlan, name: str):
-    """The estimator ``name`` with the setting's ``estimator_options``; output error's ``covariance="inputs"`` gets
-    the setting's ``torque_std`` (the reading's noise, as a data sheet states it) unless they give one
-    (docs/estimators.md, "Output error's covariance": why not the estimate from the log)."""
+    """The estimator ``name`` with the setting's ``estimator_options``; output error's ``covariance="inputs"`` and the
+    Kalman filters' process noise get the setting's ``torque_std`` (the reading's noise, as a data sheet states it)
+    unless they give one (or, for a filter, a ``velocity_process_std``) (docs/estimators.md, "Output error's
+    covariance": why not the estimate from the log; "The EKF's process noise")."""
     options = plan.setting["estimator_options"].get(name) or {}
     estimator = make_estimator(name, options)
-    if getattr(estimator, "covariance", None) == "inputs" and estimator.torque_std is None:
+    takes = getattr(estimator, "covariance", None) == "inputs" or getattr(estimator, "velocity_process_std", 0) is None
+    if takes and estimator.torque_std is None:
         estimator = make_estimator(name, {**options, "torque_std": float(plan.setting["torque_std"])})
     return estimator
 

@@ -41,6 +41,7 @@ _NUMERIC_RULES: dict[str, str] = {
     "continuity_weight": "non-negative",
     "measurement_std": "positive",
     "velocity_process_std": "positive",
+    "torque_std": "positive",
     "initial_relative_std": "positive",
     "forgetting": "fraction",
     "initial_covariance": "positive",

@@ -67,7 +67,8 @@ class _AbstractArmFilter(AbstractEstimator):
     """Options shared by the Kalman filters on the augmented state ``(q, q', θ)`` (``ekf`` on records,
     ``kalman_filter_fit`` on logs). ``velocity_process_std`` defaults to 1e-4 on records (the exact
     model) and 0.01 on logs (model error); ``measurement_std`` (logs only) defaults to the logs'
-    own angle noise."""
+    own angle noise; ``torque_std`` [N m] (logs only), the torque reading's noise where known, is carried
+    through the model to the velocities' process noise instead (``kalman_filter_fit``)."""
 
     model: ClassVar[Model] = "nonlinear"
     history: ClassVar[History] = "time"
@@ -76,8 +77,13 @@ class _AbstractArmFilter(AbstractEstimator):
     uses_noise_std: ClassVar[bool] = True
     needs_whole_periods: ClassVar[bool] = False
     log_function: ClassVar[Callable[..., Identification] | None] = staticmethod(kalman_filter_fit)
-    log_options: ClassVar[tuple[str, ...]] = ("measurement_std", "velocity_process_std", "initial_relative_std")
-    log_only: ClassVar[tuple[str, ...]] = ("measurement_std",)
+    log_options: ClassVar[tuple[str, ...]] = (
+        "measurement_std",
+        "velocity_process_std",
+        "initial_relative_std",
+        "torque_std",
+    )
+    log_only: ClassVar[tuple[str, ...]] = ("measurement_std", "torque_std")
     starts_from: ClassVar[type[AbstractEstimator] | None] = IdimLS
     simulates: ClassVar[bool] = True
 
@@ -90,6 +96,7 @@ class _AbstractArmFilter(AbstractEstimator):
     parameter_process_std: Array = _traced(0.0)
     history_points: int = _static(200)
     measurement_std: float | None = _static(None)
+    torque_std: float | None = _static(None)
 
     def _fit_logs(self, logs, model, start, options):
         options = {k: float(v) for k, v in options.items()}

@@ -1,7 +1,8 @@
 """The EKF's damped θ update on logs (``jaxid.estimate.kalman.logs``, its ``mass_floor``): each update of the
 parameters is shortened to the largest of ``_UPDATE_FRACTIONS`` that keeps the model's mass matrix
 ``D(q, θ) − floor · I`` positive definite at ``MASS_POINTS`` angles of the logs. ``D`` is linear in θ, so it
-is a fixed basis (``_mass_basis``) contracted with θ: exact and cheap per step."""
+is a fixed basis (``_mass_basis``) contracted with θ: exact and cheap per step. The same mass matrices at the start
+carry a known torque noise to the filter's velocity process noise (``velocity_covariance``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from ... import linalg
 from ..logs.data import model_torque
 
-__all__ = ["MASS_POINTS"]
+__all__ = ["MASS_POINTS", "velocity_covariance"]
 
 #: Fractions of the θ update tried, largest first, by the mass-matrix limit (the last one, 0, is
 #: the update of (q, q') alone).
@@ -72,3 +73,30 @@ def _mass_limit(basis, constant, floor, n):
         return jnp.concatenate([jnp.ones(2 * n, mean.dtype), jnp.full(before.shape[0], alpha, mean.dtype)])
 
     return limit
+
+
+def velocity_covariance(masses, h, velocity_process_std, torque_std, kind) -> np.ndarray:
+    """The process noise covariance of ``q'`` per sample ``(n, n)``: ``velocity_process_std² I`` (default 0.01 rad/s,
+    0 with a ``torque_std``) plus, with a ``torque_std`` (one, or one per joint) [N m], the torque reading's
+    noise through the model: ``h² mean_k D_k⁻¹ diag(σ_τ²) D_k⁻ᵀ`` over the start's mass matrices ``masses`` at
+    ``MASS_POINTS`` angles of the logs (those where it is positive definite). The low-passed torque's error
+    sums over many samples to the raw noise's random walk (a low-pass keeps the noise's density at
+    low frequency), whose increment per sample this is."""
+    n = masses.shape[-1]
+    extra = 0.01 if velocity_process_std is None and torque_std is None else velocity_process_std or 0.0
+    out = extra**2 * np.eye(n)
+    if torque_std is None:
+        return out
+    sigma = np.broadcast_to(np.asarray(torque_std, dtype=float), (n,))
+    if not np.all(np.isfinite(sigma) & (sigma > 0)):
+        raise ValueError(f"{kind}: torque_std must be positive and finite (one, or one per joint), got {torque_std!r}.")
+    sym = 0.5 * (masses + np.swapaxes(masses, 1, 2))
+    good = [m for m, s in zip(masses, sym, strict=True) if np.all(np.isfinite(s)) and np.linalg.eigvalsh(s).min() > 0]
+    if not good:
+        raise ValueError(
+            f"{kind}: the start's mass matrix is not positive definite at any of the logs' angles, so torque_std "
+            "cannot be carried to the velocities; start from a physically consistent estimate or give "
+            "velocity_process_std instead."
+        )
+    inv = np.linalg.inv(np.stack(good))
+    return out + h**2 * np.mean(inv @ np.diag(sigma**2) @ np.swapaxes(inv, 1, 2), axis=0)
