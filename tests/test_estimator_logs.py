@@ -172,3 +172,11 @@ def test_a_fit_stopped_at_its_limit_warns():
         )
         kinds = [w["kind"] for w in estimate_warnings(model, "output_error", est, [])]
         assert ("not_converged" in kinds) == warned, kinds
+    # Output error's std from a torque noise estimated from the logs (an upper bound in closed loop) is said to be
+    # conservative, unless the config gives the sensor's torque_std.
+    note = "8 segments of 0.5 s; covariance with the torque reading's noise σ_τ = [0.2 0.2] N m"
+    est = Identification("output_error", model.names, value, 1e-4 * np.eye(p), p, 1.0, np.ones(2), 10, 30, note, "ok")
+    warned = estimate_warnings(model, "output_error", est, [])
+    assert [w["kind"] for w in warned] == ["noise_upper_bound"], warned
+    assert "torque_std" in warned[0]["message"]
+    assert estimate_warnings(model, "output_error", est, [], {"torque_std": 0.2}) == []

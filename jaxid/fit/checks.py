@@ -22,6 +22,9 @@
   excitation in all;
 - ``inconsistent``: an estimate fails a physical-consistency check (``consistency_checks``);
 - ``std_exceeds_value``: an estimated parameter's standard deviation exceeds its magnitude;
+- ``noise_upper_bound``: output error's std carries the torque reading's noise ``σ_τ`` estimated from the logs
+  (no ``torque_std`` given): in closed loop that estimate also holds the controller's reaction to the angle
+  noise, so it is an upper bound and the std conservative (16× on the benchmark's ``encoder_limited``);
 - ``not_converged``: an iterative fit stopped at its iteration limit (the estimate is its last iterate);
   ``weak_instruments``: IDIM-IV's simulated regressor barely correlates with the measured one in some
   direction (``jaxid.estimate.logs.iv.WEAK_CORRELATION``): its estimate is unreliable there;
@@ -189,10 +192,20 @@ def log_warnings(logs, drive_rows, train: list[str], f_exc: float) -> list[dict[
     return out
 
 
-def estimate_warnings(model, name: str, est, consistency_rows) -> list[dict[str, str]]:
-    """``not_converged`` (or ``weak_instruments``), ``inconsistent``, ``std_exceeds_value`` and ``far_from_reference``
-    for one estimate."""
+def estimate_warnings(model, name: str, est, consistency_rows, options=None) -> list[dict[str, str]]:
+    """``not_converged`` (or ``weak_instruments``), ``noise_upper_bound``, ``inconsistent``, ``std_exceeds_value``
+    and ``far_from_reference`` for one estimate made with the estimator options ``options``."""
     out = []
+    if "the torque reading's noise σ_τ" in est.notes and (options or {}).get("torque_std") is None:
+        out.append(
+            _warning(
+                "noise_upper_bound",
+                name,
+                f"{name}: its std carries the torque noise σ_τ estimated from the logs (the torque above the "
+                "cut-off), which in closed loop also holds the controller's reaction to the angle noise: an upper "
+                f"bound, so the std is conservative; give [estimators.{name}] torque_std from the sensor's data sheet.",
+            )
+        )
     if est.status == "weak_instruments":
         why = next((part for part in est.notes.split("; ") if part.startswith("weak instruments")), est.status)
         out.append(_warning("weak_instruments", name, f"{name}: {why}."))

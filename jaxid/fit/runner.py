@@ -252,7 +252,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     notes += log_warnings(logs, [r for r in drive if r["run"] in config.train], config.train, f_exc)
     for name, est in estimates.items():
         rows = attempt(f"consistency_{name}", lambda est=est, name=name: consistency_checks(model, thetas[name]), [])
-        notes += estimate_warnings(model, name, est, rows)
+        notes += estimate_warnings(model, name, est, rows, config.estimator_options(name))
     notes += validation_warnings(summary, list(estimates))
     notes += nominal_warnings(validation, default_table, list(estimates))
 

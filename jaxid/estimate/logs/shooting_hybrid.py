@@ -43,9 +43,9 @@ from .shooting_solvers import (
     SETTLED_COST,
     STATIONARITY,
     Solution,
-    _start_diverged,
-    _termination,
     converged_message,
+    start_diverged,
+    termination_code,
     trust_region_steps,
 )
 
@@ -85,7 +85,7 @@ def hybrid_steps(
     tolerances = dict(ftol=ftol, xtol=xtol, gtol=gtol)
     first = yield LINEARISE, par, states
     if first is None:
-        raise _start_diverged()
+        raise start_diverged()
     sol = Solution(par, states, *first, 1, 1, "handoff", "start")
     while True:
         sol = yield from _line_search(sol, max_evaluations, parameter_tolerance, dof, stationarity, **tolerances)
@@ -143,7 +143,7 @@ def _line_search(sol: Solution, max_evaluations, parameter_tolerance, dof, stati
             break
         reduction = ne.cost - accepted[0].cost
         ratio = reduction / max(predicted, np.finfo(float).tiny)  # the accepted trial's prediction
-        termination = _termination(reduction, ratio, ne.cost, t * d_par, t * d_x, par, states, ftol, xtol) or None
+        termination = termination_code(reduction, ratio, ne.cost, t * d_par, t * d_x, par, states, ftol, xtol) or None
         par, states = par + t * d_par, states + t * d_x
         ne, extra = accepted
         jacobians += 1

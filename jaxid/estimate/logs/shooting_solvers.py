@@ -43,6 +43,8 @@ __all__ = [
     "gauss_newton",
     "plain_step",
     "converged_message",
+    "start_diverged",
+    "termination_code",
 ]
 
 
@@ -71,7 +73,7 @@ def gauss_newton(linearise: Callable, par: np.ndarray, states: np.ndarray, *, ev
     return solve(gauss_newton_steps(par, states, **options), linearise, evaluate)
 
 
-def _start_diverged() -> ValueError:
+def start_diverged() -> ValueError:
     """Output error's error where the start's segment simulations are not finite (both solvers)."""
     return ValueError(
         "output_error: the start's simulations diverged (residuals not finite at the start): its model cannot "
@@ -179,7 +181,7 @@ def plain_step(ne: NormalEquations, factor: Factor, mu: float, par: np.ndarray, 
     return Step(d_par, d_x, carry, undamped_decrease(ne))
 
 
-def _termination(reduction, ratio, cost, d_par, d_x, par, states, ftol, xtol) -> int:
+def termination_code(reduction, ratio, cost, d_par, d_x, par, states, ftol, xtol) -> int:
     """scipy's stopping test after a trial step: 2 (``ftol``: an accepted step with gain ratio > 1/4 lowering
     the cost by less than ``ftol`` of it), 3 (``xtol``: the step against the unknowns' norm), 4 (both), else 0."""
     step_norm = np.sqrt(np.sum(d_par**2) + np.sum(d_x**2))
@@ -232,7 +234,7 @@ def gauss_newton_steps(
     not finite."""
     first = yield LINEARISE, par, states
     if first is None:
-        raise _start_diverged()
+        raise start_diverged()
     ne, extra = first
     evaluations = jacobians = 1
     d2_par, d2_x = (np.where(c > 0, c, 1.0) ** 2 for c in ne.column_norms())
@@ -257,7 +259,7 @@ def gauss_newton_steps(
         evaluations += 1
         reduction = -np.inf if trial_cost is None or not np.isfinite(trial_cost) else ne.cost - trial_cost
         ratio = reduction / predicted if predicted > 0 else (1.0 if reduction == predicted == 0 else 0.0)
-        termination = _termination(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
+        termination = termination_code(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
         trial = (yield LINEARISE, par + d_par, states + d_x) if reduction > 0 else None
         if trial is None:
             mu, nu = mu * nu, 2.0 * nu
@@ -320,7 +322,7 @@ def trust_region_steps(
     if resume is None:
         first = yield LINEARISE, par, states
         if first is None:
-            raise _start_diverged()
+            raise start_diverged()
         ne, extra = first
         evaluations = jacobians = 1
     else:
@@ -365,7 +367,9 @@ def trust_region_steps(
                 new_radius = 0.25 * step_h
             elif ratio > 0.75 and step_h > 0.95 * radius:
                 new_radius = 2.0 * radius
-            termination = _termination(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
+            termination = (
+                termination_code(reduction, ratio, ne.cost, d_par, d_x, par, states, ftol, xtol) or termination
+            )
             if termination:
                 break
             alpha *= radius / new_radius
