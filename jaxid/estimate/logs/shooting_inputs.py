@@ -20,16 +20,22 @@ residuals:
   diagonal, ``σ_τ²`` per joint (white reading noise; ``data.torque_noise_std`` by default).
 
 **Computed** segment by segment (a segment's angle rows and end state depend only on ``θ``, its own
-initial state and its own torque samples): the ``p`` directions ``(e_i, T_s[:, i])`` pushed forward
-through the segment (``jax.linearize``) give ``Ĵ``'s rows of segment ``s``, angle rows and the
-continuity gap it starts (``W (e_s − x_{s+1})``: the next segment's state moves by ``T_{s+1}``); those
-rows (the gap's times ``W``) pulled back to the segment's stage torques (``jax.vjp``) and then to its
-torque samples (``stepping.stage_torques`` is linear) give ``K``'s columns of the segment before the
-filter. ``F`` is the log's zero-phase Butterworth (``FilteredLog.band``), self-adjoint up to its ends
+initial state and its own torque samples): the segment's forward sensitivities (``sensitivities.
+segment_sensitivities``, the Jacobian pass's) give ``Ĵ``'s rows of segment ``s`` in the ``p`` directions
+``(e_i, T_s[:, i])``: its angle rows and the continuity gap it starts (``W (e_s − x_{s+1})``: the next segment's
+state moves by ``T_{s+1}``). Those rows (the gap's times ``W``) are pulled back to the segment's stage torques by
+the discrete adjoint of its RK4 steps: each sample's map ``y_{k+1}(y_k, its stage torques)`` linearised by
+forward mode (``2 n + 3 n`` tangents through the accelerations' custom JVP, all samples at once), then one
+backward ``lax.scan`` of matrix products ``λ_k = A_kᵀ λ_{k+1} + (the angle rows' cotangent at k)``, the stage
+torques' cotangents ``B_kᵀ λ_{k+1}``; then to its torque samples (``stepping.stage_torques`` is linear). This
+replaced ``jax.vjp`` of the simulation (reverse mode through the forward simulation's unrolled dynamics and its
+``lax.cond`` barrier), which compiled for ~100 s per segment shape on the Panda and lifted the peak memory by
+~1.9 GB; measured on one rich Panda fit (69 parameters, 8 segments of 250 samples, 2 loaded cores): first call
+103 → 12.9 s, a later one 6.8 → 0.85 s, peak memory +1.9 → +0.35 GB, ``K`` equal to 1.9e-10 of its largest
+entry (round-off: the two differentiate the same RK4 map, through the unrolled and the generic dynamics).
+``F`` is the log's zero-phase Butterworth (``FilteredLog.band``), self-adjoint up to its ends
 (``F = H_rev H``, ``Fᵀ = Hᵀ H_revᵀ = H_rev H``): ``K = band(Kᵀ)ᵀ`` along time, per log (host memory
-``p × samples × joints`` per log). Measured on the Panda (69 parameters, segments of 250 samples): ~2 s of CPU
-a fit, but compiling the program takes ~2 min per segment shape and lifts the process's peak memory by ~2 GB
-(docs/estimators.md, "Output error's covariance").
+``p × samples × joints`` per log).
 
 Tested against the estimator itself (``tests/test_output_error_inputs.py``): a small change of the raw
 torque, refitted, moves the estimate by ``−S⁻¹ K δτ`` to first order.
@@ -47,8 +53,10 @@ import numpy as np
 from ..._platform import host_threads, thread_map
 from .data import FilteredLog
 from .idim import segment_starts
+from .sensitivities import segment_sensitivities
 from .shooting import Blocks, Factor, NormalEquations, sandwich
-from .shooting_passes import PassRequest, ShootingProblem, _segment_residuals, chunk_size, padded_rows
+from .shooting_passes import PassRequest, ShootingProblem, chunk_size, padded_rows
+from .stepping import model_step
 
 __all__ = ["input_noise_covariance", "torque_response"]
 
@@ -58,7 +66,6 @@ def _torque_rows(
     theta,
     initial_states,
     torques,
-    measured,
     sigma,
     follow,
     next_follow,
@@ -73,28 +80,39 @@ def _torque_rows(
     """Per segment of a chunk, ``Ĵ``'s rows pulled back to its torque samples: ``(C, p, L + 1, n)`` (module
     docstring). ``follow`` ``(C, m, p)`` = ``T_s``, ``next_follow`` = ``T_{s+1}`` (zero where the segment links
     on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too)."""
+    p = theta.shape[0]
 
-    def segment(y0, tau_s, q_s, sig, t_s, t_next, w2):
-        def f(th, y, tau):
-            return _segment_residuals(regressor, known, sample_step, stride, substeps, th, y, tau, q_s, sig)
+    def segment(y0, tau_s, sig, t_s, t_next, w2):
+        length = tau_s.shape[0]
+        # Ĵ's rows: the angles and the end state moved by (e_i, T_s[:, i]), from the pass's forward sensitivities.
+        states, sens_q, sens_end = segment_sensitivities(regressor, theta, y0, tau_s, sample_step, known, substeps)
+        d_q = sens_q[..., :p] + sens_q[..., p:] @ t_s  # (L + 1, n, p)
+        rows = (jnp.arange(length + 1) % stride == 0) & (jnp.arange(length + 1) < length)  # the residual samples
+        inject = jnp.where(rows[:, None, None], d_q / sig[None, :, None] ** 2, 0.0)
+        inject = jnp.concatenate([inject, jnp.zeros_like(inject)], axis=1)  # (L + 1, m, p): angle rows only
+        end = w2[:, None] * (sens_end[:, :p] + sens_end[:, p:] @ t_s - t_next)  # the gap's cotangent (m, p)
 
-        _, push = jax.linearize(lambda th, y: f(th, y, tau_s), theta, y0)
-        _, pull = jax.vjp(lambda tau: f(theta, y0, tau), tau_s)
-
-        def row(d_theta, d_state, d_next):
-            d_res, d_end = push(d_theta, d_state)
-            (stages,) = pull((d_res, w2 * (d_end - d_next)))
-            # stage_torques' transpose: stages (t_k, t_k + Δ/2, t_k + Δ) of the samples k and k + 1.
-            lead = stages[:, 0] + 0.5 * stages[:, 1]
-            trail = 0.5 * stages[:, 1] + stages[:, 2]
-            return jnp.concatenate([lead, jnp.zeros_like(lead[:1])]) + jnp.concatenate(
-                [jnp.zeros_like(trail[:1]), trail]
+        # Each sample's map y_{k+1}(y_k, its stage torques) linearised by forward mode (2 n + 3 n tangents).
+        def sample_jacobians(y, stages):
+            step = functools.partial(
+                model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps
             )
+            return jax.jacfwd(lambda y, u: step(y, u), argnums=(0, 1))(y, stages)
 
-        p = theta.shape[0]
-        return jax.vmap(row)(jnp.eye(p, dtype=theta.dtype), t_s.T, t_next.T)
+        a, b = jax.vmap(sample_jacobians)(states[:-1], tau_s)  # (L, m, m), (L, m, 3, n)
 
-    return jax.vmap(segment)(initial_states, torques, measured, sigma, follow, next_follow, gap_weight)
+        def back(lam, k):  # the adjoint of the step k: λ_{k+1} → (λ_k, the stage torques' cotangents)
+            return a[k].T @ lam + inject[k], jnp.einsum("mij,mp->pij", b[k], lam)
+
+        _, stages = jax.lax.scan(back, end, jnp.arange(length - 1, -1, -1))  # (L, p, 3, n), last sample first
+        stages = jnp.moveaxis(stages[::-1], 1, 0)  # (p, L, 3, n)
+        # stage_torques' transpose: stages (t_k, t_k + Δ/2, t_k + Δ) of the samples k and k + 1.
+        lead = stages[:, :, 0] + 0.5 * stages[:, :, 1]
+        trail = 0.5 * stages[:, :, 1] + stages[:, :, 2]
+        zero = jnp.zeros_like(lead[:, :1])
+        return jnp.concatenate([lead, zero], axis=1) + jnp.concatenate([zero, trail], axis=1)
+
+    return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight)
 
 
 def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
@@ -123,7 +141,6 @@ def torque_response(
     per_segment = (
         np.asarray(request.states),
         request.torques,
-        request.measured,
         np.repeat(request.sigma[None], segments, axis=0),
         follow,
         next_follow,
