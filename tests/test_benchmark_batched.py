@@ -79,7 +79,8 @@ def _relative_gap(reference: pd.DataFrame, batched: pd.DataFrame, column: str) -
 def test_batched_filters_equal_the_trial_by_trial_path(filter_plan):
     """The EKF and UKF of a chunk, one ``kalman_filter_batch`` call each, against each trial alone:
 
-    * ``make_estimator(e)([log], model, start=...)`` on the same log and start (the batched consistent LS:
+    * ``setting_estimator(plan, e)([log], model, start=...)`` (the setting's options: its torque noise) on the same
+      log and start (the batched consistent LS:
       ``_start``'s rule for an estimator that simulates): estimates, stds and held-out RMSE to 1e-10 of the
       trial's vector, the UKF's to 1e-8 (measured: EKF ~2e-15; UKF 2.3e-10, 4.8e-10 and 6.3e-9 for the held-out
       RMSE, ~1e-11 from IDIM-LS's start: the vmapped program's round-off through the UKF's sigma points);
@@ -102,7 +103,7 @@ def test_batched_filters_equal_the_trial_by_trial_path(filter_plan):
         for e in names[1:]:
             start = _start(plan, fits, k, e)
             np.testing.assert_array_equal(start.value, fits["consistent_theta"][k])  # it converged on these trials
-            est = make_estimator(e)([_log(plan, run, fits, k)], plan.model, start=start)
+            est = setting_estimator(plan, e)([_log(plan, run, fits, k)], plan.model, start=start)
             out[e] = (est.value, est.covariance, est.status, 0.0, 0.0)
         alone += estimate_rows(plan, k, names, out)
     reference = pd.DataFrame([r for k in range(2) for r in run_estimators(plan, run, k, k)])
