@@ -275,5 +275,6 @@ def test_setting_estimator_gives_the_setting_torque_noise():
     assert estimator("ekf").torque_std == estimator("ukf").torque_std == estimator("output_error").torque_std == 0.3
     assert estimator("ekf", torque_std=0.1).torque_std == 0.1
     assert estimator("ekf", velocity_process_std=1e-3).torque_std is None
+    assert estimator("output_error_consistent").torque_std == 0.3
     assert estimator("output_error", covariance="sandwich").torque_std is None
     assert not hasattr(estimator("idim_ls"), "torque_std")

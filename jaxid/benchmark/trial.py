@@ -293,8 +293,8 @@ def setting_estimator(plan: BenchmarkPlan, name: str):
     covariance": why not the estimate from the log; "The EKF's process noise")."""
     options = plan.setting["estimator_options"].get(name) or {}
     estimator = make_estimator(name, options)
-    takes = getattr(estimator, "covariance", None) == "inputs" or getattr(estimator, "velocity_process_std", 0) is None
-    if takes and estimator.torque_std is None:
+    inputs = getattr(estimator, "covariance", None) == "inputs"  # output error, plain or consistent
+    if (inputs or name in ("ekf", "ukf") and estimator.velocity_process_std is None) and estimator.torque_std is None:
         estimator = make_estimator(name, {**options, "torque_std": float(plan.setting["torque_std"])})
     return estimator
 

@@ -46,6 +46,7 @@ import math
 import numpy as np
 
 from ..config.fit_checks import config_error
+from ..estimate.logs.shooting_inputs import INPUT_NOISE_NOTE
 from .cutoff import MOVES_RAD
 
 __all__ = [
@@ -196,7 +197,7 @@ def estimate_warnings(model, name: str, est, consistency_rows, options=None) -> 
     """``not_converged`` (or ``weak_instruments``), ``noise_upper_bound``, ``inconsistent``, ``std_exceeds_value``
     and ``far_from_reference`` for one estimate made with the estimator options ``options``."""
     out = []
-    if "the torque reading's noise σ_τ" in est.notes and (options or {}).get("torque_std") is None:
+    if INPUT_NOISE_NOTE in est.notes and (options or {}).get("torque_std") is None:
         out.append(
             _warning(
                 "noise_upper_bound",

@@ -113,7 +113,7 @@ from .data import FilteredLog, Known, Regressor, torque_noise_std
 from .idim import Identification
 from .shooting import covariance_envelope, normal_equations, schur_complement, segment_sandwich
 from .shooting_hybrid import hybrid_steps
-from .shooting_inputs import input_noise_covariance
+from .shooting_inputs import INPUT_NOISE_NOTE, input_noise_covariance
 from .shooting_passes import ShootingProblem, shooting_problem
 from .shooting_solvers import gauss_newton_steps, solve, trust_region_steps
 
@@ -378,7 +378,7 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
         f"{gap_q:.2e} rad, {gap_v:.2e} rad/s; {solver_note}"
     )
     if noise is not None:
-        notes += f"; covariance with the torque reading's noise σ_τ = {np.array2string(noise, precision=3)} N m"
+        notes += f"; {INPUT_NOISE_NOTE} = {np.array2string(noise, precision=3)} N m"
     elif lags_note:
         notes += "; " + lags_note
     if problem.substeps > 1:

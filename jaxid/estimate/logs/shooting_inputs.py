@@ -58,7 +58,11 @@ from .shooting import Blocks, Factor, NormalEquations, sandwich
 from .shooting_passes import PassRequest, ShootingProblem, chunk_size, padded_rows
 from .stepping import model_step
 
-__all__ = ["input_noise_covariance", "torque_response"]
+__all__ = ["INPUT_NOISE_NOTE", "input_noise_covariance", "torque_response"]
+
+#: How an estimate's notes name a covariance with the torque reading's noise (``output_error``; ``jaxid fit``'s
+#: ``noise_upper_bound`` warning looks for it).
+INPUT_NOISE_NOTE = "covariance with the torque reading's noise σ_τ"
 
 
 @functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
@@ -93,13 +97,8 @@ def _torque_rows(
         end = w2[:, None] * (sens_end[:, :p] + sens_end[:, p:] @ t_s - t_next)  # the gap's cotangent (m, p)
 
         # Each sample's map y_{k+1}(y_k, its stage torques) linearised by forward mode (2 n + 3 n tangents).
-        def sample_jacobians(y, stages):
-            step = functools.partial(
-                model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps
-            )
-            return jax.jacfwd(lambda y, u: step(y, u), argnums=(0, 1))(y, stages)
-
-        a, b = jax.vmap(sample_jacobians)(states[:-1], tau_s)  # (L, m, m), (L, m, 3, n)
+        step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
+        a, b = jax.vmap(jax.jacfwd(step, argnums=(0, 1)))(states[:-1], tau_s)  # (L, m, m), (L, m, 3, n)
 
         def back(lam, k):  # the adjoint of the step k: λ_{k+1} → (λ_k, the stage torques' cotangents)
             return a[k].T @ lam + inject[k], jnp.einsum("mij,mp->pij", b[k], lam)
