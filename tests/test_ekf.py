@@ -12,6 +12,7 @@ from scipy.stats import chi2
 import jaxid
 from jaxid.estimate import ekf as ekf_mod
 from jaxid.estimate.base import CONVERGED
+from jaxid.estimate.kalman import filters
 
 UNKNOWNS = ("m1", "m2", "fv1", "fv2")
 TRUTH = np.array([5.0, 1.5, 5.0, 2.0])
@@ -105,6 +106,39 @@ def test_limited_update_has_the_covariance_of_its_gain(linear_model, core):
     )
     np.testing.assert_allclose(out.filtered_means, means, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(out.filtered_covariances, covs, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_augmented_filter_equals_the_dense_ekf(limited):
+    """``augmented_extended_kalman_filter`` (constant parameters, the first ``d`` entries measured, the block
+    structure used) against ``extended_kalman_filter`` on the same nonlinear model written densely: filtered
+    means, covariances and log-likelihood equal to round-off, with and without a limited update, over padding."""
+    rng = np.random.default_rng(11)
+    m, p, d, steps = 4, 3, 2, 40
+    a = jnp.asarray(0.3 * rng.normal(size=(m, m)))
+
+    def step(x, theta, u):
+        return jnp.tanh(a @ x) + theta[: m - 1].sum() * 0.1 * jnp.sin(x) + jnp.concatenate([theta * u[0], x[:1] ** 2])
+
+    qx = jnp.asarray(np.diag(rng.uniform(0.01, 0.1, m)))
+    r = jnp.asarray(np.diag(rng.uniform(0.05, 0.2, d)))
+    m0 = jnp.asarray(rng.normal(size=m + p))
+    g = rng.normal(size=(m + p, m + p))
+    p0 = jnp.asarray(g @ g.T / (m + p) + np.eye(m + p))
+    ys, us = jnp.asarray(rng.normal(size=(steps, d))), jnp.asarray(rng.normal(size=(steps, 1)))
+    valid = jnp.asarray(np.arange(steps) < steps - 5)
+    factors = jnp.asarray(np.r_[np.ones(m), 0.5, 0.0, 0.25])
+    limit = (lambda mean, proposed: factors) if limited else None
+    options = dict(return_covariances=True, update_limit=limit, valid=valid)
+    ours = filters.augmented_extended_kalman_filter(step, qx, r, m0, p0, ys, us, **options)
+    q = jnp.zeros((m + p, m + p)).at[:m, :m].set(qx)
+    dense = filters.extended_kalman_filter(
+        lambda z, u: jnp.concatenate([step(z[:m], z[m:], u), z[m:]]), lambda z: z[:d], q, r, m0, p0, ys, us, **options
+    )
+    np.testing.assert_allclose(ours.filtered_means, dense.filtered_means, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(ours.filtered_covariances, dense.filtered_covariances, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(ours.log_likelihood, dense.log_likelihood, rtol=1e-12)
+    assert float(jnp.abs(ours.final_mean - m0).max()) > 0.1  # the filter moved
 
 
 def test_mass_limit_keeps_the_mass_matrix_positive_definite():

@@ -53,7 +53,7 @@ from ..._platform import thread_map
 from ..logs.data import FilteredLog, Known, Regressor, angle_noise_std
 from ..logs.idim import Identification, _row_bucket
 from ..logs.stepping import model_step, stable_substeps, stage_torques
-from .filters import extended_kalman_filter, unscented_kalman_filter
+from .filters import augmented_extended_kalman_filter, unscented_kalman_filter
 from .mass_floor import _mass_limit, _mass_points, velocity_covariance
 
 __all__ = ["kalman_filter_batch", "kalman_filter_fit"]
@@ -325,21 +325,28 @@ def _filter_body(
     m = 2 * n
     p = theta.shape[0]
 
-    def f(x, u):
-        th = x[m:]
-        y = model_step(regressor, th, x[:m], u, sample_step, known, substeps)
-        return jnp.concatenate([y, th])
+    def step(y, th, u):
+        return model_step(regressor, th, y, u, sample_step, known, substeps)
 
-    def emit(x):
-        return x[:n]
-
-    run = extended_kalman_filter if kind == "ekf" else unscented_kalman_filter
     m0 = jnp.concatenate([q0, qd0, theta])
     p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
     p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
-    q = jnp.zeros((m + p, m + p)).at[n:m, n:m].set(velocity_cov)
+    qx = jnp.zeros((m, m)).at[n:, n:].set(velocity_cov)
+    r = jnp.diag(r_std**2)
     limit = _mass_limit(mass_basis, mass_constant, mass_floor, n)
-    result = run(f, emit, q, jnp.diag(r_std**2), m0, p0, emissions, stages, update_limit=limit, valid=valid)
+    if kind == "ekf":  # θ constant, the angles measured: the block-structured EKF (same filter, cheaper)
+        result = augmented_extended_kalman_filter(
+            step, qx, r, m0, p0, emissions, stages, update_limit=limit, valid=valid
+        )
+    else:
+
+        def f(x, u):
+            return jnp.concatenate([step(x[:m], x[m:], u), x[m:]])
+
+        q = jnp.zeros((m + p, m + p)).at[:m, :m].set(qx)
+        result = unscented_kalman_filter(
+            f, lambda x: x[:n], q, r, m0, p0, emissions, stages, update_limit=limit, valid=valid
+        )
     return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
 
 
