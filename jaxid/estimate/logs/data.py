@@ -34,8 +34,6 @@ from ..._platform import thread_map
 from ...linalg import solve, solve_2x2
 from ...measure.filters import differentiate, lowpass, min_samples, residual_fraction
 from ...measure.logs import MeasuredLog, check_joint_samples
-from ...model.spatial_derivatives import inverse_dynamics_derivatives
-from ...simulation.closed_loop_kernel import fast_path
 
 __all__ = [
     "FilteredLog",
@@ -270,30 +268,7 @@ def accelerations(
     return _accelerations(regressor, known, theta, q, qd, tau)
 
 
-def standard_vector(regressor: Regressor, known: Known | None) -> Callable[[Array], Array] | None:
-    """``θ ↦`` the standard vector of the model ``regressor`` (+ ``known``) where it is a ``SerialArm``'s:
-    ``regressor.standard`` (``jaxid.fit.model.BaseColumns``), plus a known torque's own on the same arm
-    (``jaxid.fit.model.HeldTorque``: the dynamics are linear in the standard vector, so the two add). ``None``
-    for any other model (the two-link arm's regressor, a known torque without a standard vector): those take
-    the generic path of ``model_torque``. The rule of the log side's fast paths (``stepping.simulate_segments``'
-    unrolled dynamics, ``acceleration_sensitivities``' analytic derivatives)."""
-    standard, arm = getattr(regressor, "standard", None), getattr(regressor, "arm", None)
-    held = None if known is None else getattr(known, "standard", None)
-    if standard is None or not fast_path(arm):
-        return None
-    if known is None:
-        return standard
-    if held is None or getattr(known, "arm", None) is not arm:
-        return None
-    return lambda theta: standard(theta) + held()
-
-
 def _mass_and_accelerations(regressor, known, theta, q, qd, tau):
-    vector = standard_vector(regressor, known)
-    if vector is not None:  # the bias and the mass matrix (∂τ/∂q'') in one analytic pass
-        bias, (mass,) = inverse_dynamics_derivatives(regressor.arm, vector(theta), q, qd, jnp.zeros_like(q), ("qdd",))
-        return mass, _solve(mass, tau - bias)
-
     def torque(qdd):
         return model_torque(regressor, theta, q, qd, qdd, known)
 
@@ -337,12 +312,7 @@ def acceleration_sensitivities(regressor: Regressor, known: Known | None, theta,
     a six-joint arm (11 µs against 3 µs a state)."""
     mass, qdd = _mass_and_accelerations(regressor, known, theta, q, qd, tau)
     n = q.shape[-1]
-    vector = standard_vector(regressor, known)
-    if vector is None:
-        _, pullback = jax.vjp(lambda th, a, b: model_torque(regressor, th, a, b, qdd, known), theta, q, qd)
-        j_theta, j_q, j_qd = jax.vmap(pullback)(jnp.eye(n, dtype=qdd.dtype))  # rows of ∂τ/∂(θ, q, q')
-    else:  # a SerialArm's model: ∂τ/∂(q, q') analytically, ∂τ/∂θ its regressor (the torque is linear in θ)
-        _, (j_q, j_qd) = inverse_dynamics_derivatives(regressor.arm, vector(theta), q, qd, qdd, ("q", "qd"))
-        j_theta = regressor(q, qd, qdd)
+    _, pullback = jax.vjp(lambda th, a, b: model_torque(regressor, th, a, b, qdd, known), theta, q, qd)
+    j_theta, j_q, j_qd = jax.vmap(pullback)(jnp.eye(n, dtype=qdd.dtype))  # rows of ∂τ/∂(θ, q, q')
     inverse = _solve(mass, jnp.eye(n, dtype=qdd.dtype))
     return qdd, inverse, inverse @ jnp.concatenate([j_theta, j_q, j_qd], axis=1)

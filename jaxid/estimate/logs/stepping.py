@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ...simulation.closed_loop_kernel import unrolled_dynamics
-from .data import FilteredLog, Known, Regressor, accelerations, standard_vector
+from ...simulation.closed_loop_kernel import fast_path, unrolled_dynamics
+from .data import FilteredLog, Known, Regressor, accelerations
 
 __all__ = [
     "stage_torques",
@@ -235,12 +235,17 @@ def _segment_rates(regressor: Regressor, theta, known: Known | None):
     standard vector and the known torque, if any, gives its own on the same arm (``jaxid.fit.model.HeldTorque``:
     the dynamics are linear in the standard vector, so the two add; ``pred``: the unbatched always-true
     barrier), else ``_rates``."""
-    vector = standard_vector(regressor, known)
-    if vector is None:
+    standard = getattr(regressor, "standard", None)
+    arm = getattr(regressor, "arm", None)
+    held = None if known is None else getattr(known, "standard", None)
+    if (
+        standard is None
+        or not fast_path(arm)
+        or (known is not None and (held is None or getattr(known, "arm", None) is not arm))
+    ):
         generic = _rates(regressor, theta, known)
         return lambda y, tau, pred: generic(y, tau)
-    arm = regressor.arm
-    dynamics = unrolled_dynamics(arm, vector(theta))
+    dynamics = unrolled_dynamics(arm, standard(theta) if held is None else standard(theta) + held())
     n = arm.dof
 
     def rates(y, tau, pred):
