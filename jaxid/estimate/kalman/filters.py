@@ -7,9 +7,12 @@ then predict to ``n + 1``:
 - ``extended_kalman_filter(f, h, Q, R, m0, P0, emissions, inputs)`` — first-order EKF with
   Jacobians by ``jax.jacfwd`` and a Joseph-form update; on a linear-Gaussian model it is the
   exact Kalman filter (tested);
-- ``unscented_kalman_filter(...)`` — the same interface with the unscented transform.
+- ``unscented_kalman_filter(...)`` — the same interface with the unscented transform;
+- ``augmented_extended_kalman_filter(step, Qx, R, ...)`` — the EKF for a state ``(x, θ)`` with ``θ``
+  constant and the first entries measured (the log-side EKF's), using that block structure: the same
+  filter to round-off, at a fraction of the dense covariance algebra.
 
-Both take an optional ``update_limit(mean, proposed) -> (n,)`` factors in ``[0, 1]`` that scale the
+All three take an optional ``update_limit(mean, proposed) -> (n,)`` factors in ``[0, 1]`` that scale the
 gain's rows (a damped update: the model's own rule keeps the state where the model is defined, e.g.
 a positive definite mass matrix); the covariance is then that of the scaled gain (Joseph form,
 exact for any gain), so the filter stays consistent with what it did.
