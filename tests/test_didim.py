@@ -69,6 +69,32 @@ def test_chunk_and_trial_by_trial_paths_agree_and_a_trial_does_not_depend_on_its
 
 
 @pytest.mark.slow
+def test_only_the_trials_still_iterating_are_simulated_and_a_trial_keeps_its_bits(plan, monkeypatch):
+    """Trial 0 started at its own DIDIM estimate stops at once; trial 1 then iterates alone in its block (its
+    lane padded with copies of itself, after the start's pass beside trial 0): the passes simulate only it,
+    and its estimate and covariance are bit for bit those it gets beside trial 0 all the way, and alone."""
+    run = simulate_trials(plan, np.arange(2))
+    fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
+    both = didim_chunk(plan, run, fits, [0, 1])
+    alone = didim_chunk(plan, run, fits, [1])[1]
+    settled = dict(fits, consistent_theta=fits["consistent_theta"].copy())
+    settled["consistent_theta"][0] = both[0][0]
+    exact, moving = didim._pass, []
+
+    def spy(plan, thetas, y, trials, *args):
+        moving.append(tuple(trials))
+        return exact(plan, thetas, y, trials, *args)
+
+    monkeypatch.setattr(didim, "_pass", spy)
+    out = didim_chunk(plan, run, settled, [0, 1])
+    assert moving[0] == (0, 1) and set(moving[1:]) == {(1,)}, moving
+    assert out[0][2] == out[1][2] == both[1][2] == alone[2] == "ok"
+    for got in (both[1], alone):
+        np.testing.assert_array_equal(out[1][0], got[0])
+        np.testing.assert_array_equal(out[1][1], got[1])
+
+
+@pytest.mark.slow
 def test_a_model_whose_closed_loop_diverges_is_a_status(plan):
     """A start whose model cannot follow the reference (masses and inertias negated: its mass matrix is
     negative definite) is ``diverged`` with no estimate; its chunk neighbour is the same as alone."""
@@ -95,13 +121,13 @@ def test_a_step_that_raises_the_criterion_is_cut(plan, monkeypatch):
     up to 0.24 std apart in the parameters)."""
     run = simulate_trials(plan, np.arange(2))
     fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
-    exact = didim._pass
+    exact = didim._block
 
     def overshoot(plan, thetas, *args):
         theta, *rest = exact(plan, thetas, *args)
         return (thetas + 5.0 * (theta - thetas), *rest)
 
-    monkeypatch.setattr(didim, "_pass", overshoot)
+    monkeypatch.setattr(didim, "_block", overshoot)
     cut = didim_chunk(plan, run, fits, [0, 1])
     for k in (0, 1):
         assert cut[k][2] == "ok"

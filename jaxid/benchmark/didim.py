@@ -42,11 +42,16 @@ one simulation and one fit of every trial) against the plain iteration's 5-20. (
 kept: halving the step only where a closed loop diverged, up to 3 times: on 100 poor trials 63 ``ok`` as
 without, the iteration itself not settling.)
 
-Each pass is one ``simulate_closed_loop_batch`` call of all the chunk's trials' models
-(``jaxid.fit.model.BaseColumns.standard``: each ``θ`` as a standard vector, its dependent entries 0, the same
-dynamics) and one call of the batched program. ``"max_iterations"`` after ``ITERATIONS`` passes;
-``"diverged"`` when the start's closed loop does not stay finite. A trial's passes depend on its own log
-only: its numbers do not depend on its chunk.
+Each pass simulates and fits only the trials still iterating, packed into blocks of ``block_width`` lanes (on a
+CPU ``LANES`` a device, at most the plan's width and DIDIM's trial limit; the last block padded with copies of its
+last trial): per block one ``simulate_closed_loop_batch`` call of its models (``jaxid.fit.model.BaseColumns.standard``:
+each ``θ`` as a standard vector, its dependent entries 0, the same dynamics) and one call of the batched program. A
+chunk needs as many passes as its slowest trial, but most trials stop after a few (100 poorly exciting Panda trials:
+47, 19, 12 and 4 still iterating after 4, 6, 10 and 12 passes, one to the limit), so the chunk is not simulated
+whole at every pass (docs/performance.md, "DIDIM's passes over the trials still iterating"). A block has one width
+in every run, and a lane's numbers do not depend on the others in its block or on its place there (``LANES``; the
+fit a ``lax.map`` per trial): a trial's numbers do not depend on its chunk or on when its neighbours stop (tested).
+``"max_iterations"`` after ``ITERATIONS`` passes; ``"diverged"`` when the start's closed loop does not stay finite.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from ..simulation.closed_loop_batch import simulate_closed_loop_batch
 from ..types import Status
 from .batched import _band_matrix, _prior, _program
 
-__all__ = ["ITERATIONS", "SHRINK", "TOLERANCE", "didim_chunk"]
+__all__ = ["ITERATIONS", "LANES", "SHRINK", "TOLERANCE", "block_width", "didim_chunk"]
 
 #: Passes at most after the start's (each a closed-loop simulation of every trial's model and a
 #: least-squares fit).
@@ -73,6 +78,22 @@ TOLERANCE = 1e-2
 ROUND_OFF = 1e-12
 #: A step that does not lower the cost is cut to this fraction and tried again.
 SHRINK = 0.1
+#: Lanes per device of a pass's block on a CPU: the closed loop's 256-bit vectors hold 4 doubles, and a lane in the
+#: vector loop's tail (a device's fifth of five) gets other bits than the first four (measured on the Panda, blocks
+#: of 10 on 2 devices); with 4 a device every lane runs the same code. A lane of the closed loop costs about the same
+#: at any width, so narrow blocks lose little to overhead and leave little padding once most trials have stopped.
+LANES = 4
+
+
+def block_width(plan, ndev: int) -> int:
+    """Lanes per block of a DIDIM pass, one width for every chunk of a run: the plan's width (at most DIDIM's trial
+    limit), on a CPU at most ``LANES`` a device, rounded up to a multiple of ``ndev`` (the devices the closed loop is
+    sharded over)."""
+    s = plan.setting
+    width = min(plan.width, s["estimator_trials"].get("didim", s.trials))
+    if jax.default_backend() == "cpu":
+        width = min(width, LANES * ndev)
+    return -(-width // ndev) * ndev
 
 
 @eqx.filter_jit
@@ -93,8 +114,8 @@ def _accelerations(nominal, standards, q, qd, tau):
     return jax.vmap(one)(standards, q, qd, tau)
 
 
-def _pass(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, prior, ndev: int):
-    """One DIDIM pass for a padded chunk: the fit at each model's simulated closed loop ``(θ (width, p),
+def _block(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, prior, ndev: int):
+    """One DIDIM pass for a block of trials: the fit at each model's simulated closed loop ``(θ (width, p),
     cov (width, p, p))``, whether the model's loop and fit are finite ``(width,)``, the model's own filtered
     torque ``F τ_s`` ``(width, rows, n)`` (the controller's output in its closed loop) and the fit's first-stage
     per-joint residual std ``(width, n)``."""
@@ -120,6 +141,17 @@ def _pass(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, pri
     simulated = np.einsum("rs,tsn->trn", band, np.asarray(record.tau_command))
     finite &= np.all(np.isfinite(simulated), axis=(1, 2))
     return theta, cov, finite, simulated, np.asarray(out["ls_residual_std"])
+
+
+def _pass(plan, thetas: np.ndarray, y: np.ndarray, trials: np.ndarray, block: int, *args) -> list[np.ndarray]:
+    """``_block``'s outputs for the trials ``trials`` (indices into ``thetas`` and ``y``, in that order), packed into
+    blocks of ``block`` lanes, the last padded with copies of its last trial."""
+    outs = []
+    for first in range(0, len(trials), block):
+        part = trials[first : first + block]
+        lanes = np.concatenate([part, np.full(block - len(part), part[-1])])
+        outs.append([x[: len(part)] for x in _block(plan, thetas[lanes], y[lanes], *args)])
+    return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
 
 
 def _cost(y: np.ndarray, simulated: np.ndarray, weight: np.ndarray, finite: np.ndarray) -> np.ndarray:
@@ -154,26 +186,24 @@ def didim_chunk(plan, run: dict, fits: dict, members: list[int]) -> dict:
     s = plan.setting
     ndev = len(jax.devices())
     count = len(members)
-    width = -(-max(plan.width, count) // ndev) * ndev
-    pad = np.concatenate([members, np.full(width - count, members[-1])]).astype(int)
+    block = block_width(plan, ndev)
     rows = tuple(int(r) for r in fits["rows"])
     band = _band_matrix(int(fits["qf"].shape[1]), s["sample_step"], s["cutoff_hz"], rows)
     band_t = jnp.asarray(np.ascontiguousarray(band.T))
-    tau = np.asarray(run["tau"], dtype=float)[pad]  # (width, N, n)
+    tau = np.asarray(run["tau"], dtype=float)[members]  # (count, N, n)
     y = np.einsum("rs,tsn->trn", band, tau)
-    prior = _prior(plan)
+    fixed = (block, band, band_t, _prior(plan), ndev)
     theta, cov = _start(fits)
-    theta, cov = theta[pad].copy(), cov[pad].copy()
-    status = np.full(width, "max_iterations", dtype=object)
+    theta, cov = theta[members].copy(), cov[members].copy()
+    status = np.full(count, "max_iterations", dtype=object)
     # The start's own pass: its cost, the weights that cost keeps (1 / its first-stage residual std per
     # joint, fixed for the trial) and the first step's target.
-    target, target_cov, finite, simulated, sigma = _pass(plan, theta, y, band, band_t, prior, ndev)
-    target, target_cov = target.copy(), target_cov.copy()
+    target, target_cov, finite, simulated, sigma = _pass(plan, theta, y, np.arange(count), *fixed)
     status[~finite] = "diverged"
     active = finite.copy()
     weight = 1.0 / np.maximum(sigma, 1e-12)
     cost = _cost(y, simulated, weight, finite)
-    step = np.ones(width)
+    step = np.ones(count)
     for _ in range(ITERATIONS):
         move = step[:, None] * (target - theta)
         std = np.sqrt(np.abs(np.diagonal(target_cov, axis1=1, axis2=2)))
@@ -186,15 +216,17 @@ def didim_chunk(plan, run: dict, fits: dict, members: list[int]) -> dict:
         active &= ~done
         if not active.any():
             break
-        candidate = np.where(active[:, None], theta + move, theta)
-        new, new_cov, finite, simulated, _ = _pass(plan, candidate, y, band, band_t, prior, ndev)
-        new_cost = _cost(y, simulated, weight, finite)
+        # Only the trials still iterating are simulated (their candidates) and fitted.
+        moving = np.flatnonzero(active)
+        new, new_cov, finite, simulated, _ = _pass(plan, theta + move, y, moving, *fixed)
+        new_cost = _cost(y[moving], simulated, weight[moving], finite)
         # A step is taken only where it lowers the cost (a closed loop that diverges does not); elsewhere
         # the trial tries SHRINK of it from where it is.
-        better = active & (new_cost < cost)
-        theta[better], cov[better], cost[better] = candidate[better], target_cov[better], new_cost[better]
-        target[better], target_cov[better], step[better] = new[better], new_cov[better], 1.0
-        step[active & ~better] *= SHRINK
+        better = new_cost < cost[moving]
+        taken, cut = moving[better], moving[~better]
+        theta[taken], cov[taken], cost[taken] = theta[taken] + move[taken], target_cov[taken], new_cost[better]
+        target[taken], target_cov[taken], step[taken] = new[better], new_cov[better], 1.0
+        step[cut] *= SHRINK
     seconds = ((time.perf_counter() - t0) / count, (time.process_time() - c0) / count)
     out = {}
     for i, k in enumerate(members):

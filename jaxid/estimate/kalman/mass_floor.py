@@ -57,16 +57,26 @@ def _mass_limit(basis, constant, floor, n):
     """``update_limit`` of ``jaxid.estimate.kalman.filters``: the largest of ``_UPDATE_FRACTIONS`` of the θ update
     whose mass matrix ``D − floor · I`` is positive definite (a Cholesky factor exists) at every angle
     of ``basis``/``constant`` (``_mass_basis``); (q, q') updated in full. An update that is refused
-    leaves θ where it was, so a start that satisfies the floor keeps it for the whole run."""
+    leaves θ where it was, so a start that satisfies the floor keeps it for the whole run.
+
+    The matrices are symmetric: the symmetrised basis is kept as its upper triangle, ``(K, n (n + 1) / 2, p)``,
+    and contracted with θ and its update in one product per step (the basis is the step's largest operand:
+    ``(32, 69, 7, 7)`` on the Panda, read once instead of twice and at 4/7 of its size)."""
     fractions = jnp.asarray(_UPDATE_FRACTIONS)
     eye = jnp.eye(n, dtype=basis.dtype)
+    upper = np.triu_indices(n)
+    full = np.zeros((n, n), dtype=int)  # the packed index of entry (i, j) and (j, i)
+    full[upper] = full.T[upper] = np.arange(len(upper[0]))
+    packed = jnp.moveaxis(0.5 * (basis + jnp.swapaxes(basis, -1, -2))[..., upper[0], upper[1]], 1, 2)
+    shift = constant - jnp.where(jnp.isneginf(floor), 0.0, floor) * eye
+    shift = 0.5 * (shift + jnp.swapaxes(shift, -1, -2))
 
     def limit(mean, proposed):
         before, step = mean[2 * n :], proposed[2 * n :] - mean[2 * n :]
-        d0 = jnp.einsum("kpij,p->kij", basis, before) + constant - jnp.where(jnp.isneginf(floor), 0.0, floor) * eye
-        dd = jnp.einsum("kpij,p->kij", basis, step)
+        both = packed @ jnp.stack([before, step], axis=1)  # (K, n (n + 1) / 2, 2)
+        d0, dd = both[..., 0][..., full] + shift, both[..., 1][..., full]
         mats = d0[None] + fractions[:, None, None, None] * dd[None]  # (fractions, K, n, n)
-        chol = jax.vmap(jax.vmap(linalg.cholesky))(0.5 * (mats + jnp.swapaxes(mats, -1, -2)))
+        chol = jax.vmap(jax.vmap(linalg.cholesky))(mats)
         diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
         ok = jnp.all(jnp.isfinite(diag) & (diag > 0), axis=(1, 2)) | jnp.isneginf(floor)  # -inf: no limit
         alpha = jnp.max(jnp.where(ok, fractions, 0.0))
