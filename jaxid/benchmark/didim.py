@@ -47,7 +47,7 @@ CPU ``LANES`` a device, at most the plan's width and DIDIM's trial limit; the la
 last trial): per block one ``simulate_closed_loop_batch`` call of its models (``jaxid.fit.model.BaseColumns.standard``:
 each ``θ`` as a standard vector, its dependent entries 0, the same dynamics) and one call of the batched program. A
 chunk needs as many passes as its slowest trial, but most trials stop after a few (100 poorly exciting Panda trials:
-47, 19, 12 and 4 still iterating after 4, 6, 10 and 12 passes, one to the limit), so the chunk is not simulated
+47, 19, 12 and 4 still iterating after 3, 5, 9 and 11 passes, one to the limit), so the chunk is not simulated
 whole at every pass (docs/performance.md, "DIDIM's passes over the trials still iterating"). A block has one width
 in every run, and a lane's numbers do not depend on the others in its block or on its place there (``LANES``; the
 fit a ``lax.map`` per trial): a trial's numbers do not depend on its chunk or on when its neighbours stop (tested).
