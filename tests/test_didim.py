@@ -7,6 +7,8 @@ Uses the two-joint benchmark of ``tests/test_benchmark.py`` (same config, so the
 trials compiles to the same program as there).
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -92,6 +94,29 @@ def test_only_the_trials_still_iterating_are_simulated_and_a_trial_keeps_its_bit
     for got in (both[1], alone):
         np.testing.assert_array_equal(out[1][0], got[0])
         np.testing.assert_array_equal(out[1][1], got[1])
+
+
+@pytest.mark.slow
+def test_a_lane_of_a_full_block_gets_the_same_bits_wherever_it_sits(plan):
+    """A block of ``LANES`` lanes a device (8 models on 2 devices, each trial's start scaled by its own factor):
+    reversed, every model's closed loop, fit and covariance are the same bits (each lane runs the vector loop;
+    with 5 a device this test fails here, 25 of 65 fit entries differing, as on the Panda: docs/performance.md)."""
+    ndev = len(jax.devices())
+    run = simulate_trials(plan, np.arange(2))
+    fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
+    rows = tuple(int(r) for r in fits["rows"])
+    s = plan.setting
+    band = didim._band_matrix(int(fits["qf"].shape[1]), s["sample_step"], s["cutoff_hz"], rows)
+    width = didim.LANES * ndev
+    pick = np.arange(width) % 2
+    thetas = fits["consistent_theta"][pick] * (1.0 + 0.01 * np.arange(width))[:, None]
+    y = np.einsum("rs,tsn->trn", band, np.asarray(run["tau"], dtype=float)[pick])
+    args = (width, band, jnp.asarray(np.ascontiguousarray(band.T)), didim._prior(plan), ndev)
+    ahead = didim._pass(plan, thetas, y, np.arange(width), *args)
+    back = didim._pass(plan, thetas, y, np.arange(width)[::-1], *args)
+    assert ahead[2].all()  # every closed loop finite
+    for a, b in zip(ahead, back, strict=True):
+        np.testing.assert_array_equal(a, b[::-1])
 
 
 @pytest.mark.slow
