@@ -98,9 +98,9 @@ def test_only_the_trials_still_iterating_are_simulated_and_a_trial_keeps_its_bit
 
 @pytest.mark.slow
 def test_a_lane_of_a_full_block_gets_the_same_bits_wherever_it_sits(plan):
-    """A block of ``LANES`` lanes a device (8 models on 2 devices, each trial's start scaled by its own factor):
+    """A block of ``LANES`` lanes a device (4 models on one device, 8 on two; the starts scaled each by its own factor):
     reversed, every model's closed loop, fit and covariance are the same bits (each lane runs the vector loop;
-    with 5 a device this test fails here, 25 of 65 fit entries differing, as on the Panda: docs/performance.md)."""
+    with 5 a device this test fails here, 25 of the 65 estimates differing, as on the Panda: docs/performance.md)."""
     ndev = len(jax.devices())
     run = simulate_trials(plan, np.arange(2))
     fits = batched_fits(plan, run, ("idim_ls", "idim_ls_consistent"))
