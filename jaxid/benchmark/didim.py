@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..estimate.logs.shooting_passes import padded_rows
 from ..simulation.closed_loop_batch import simulate_closed_loop_batch
 from ..types import Status
 from .batched import _band_matrix, _prior, _program
@@ -146,12 +147,9 @@ def _block(plan, thetas: np.ndarray, y: np.ndarray, band: np.ndarray, band_t, pr
 def _pass(plan, thetas: np.ndarray, y: np.ndarray, trials: np.ndarray, block: int, *args) -> list[np.ndarray]:
     """``_block``'s outputs for the trials ``trials`` (indices into ``thetas`` and ``y``, in that order), packed into
     blocks of ``block`` lanes, the last padded with copies of its last trial."""
-    outs = []
-    for first in range(0, len(trials), block):
-        part = trials[first : first + block]
-        lanes = np.concatenate([part, np.full(block - len(part), part[-1])])
-        outs.append([x[: len(part)] for x in _block(plan, thetas[lanes], y[lanes], *args)])
-    return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
+    lanes = np.asarray(trials)[padded_rows(len(trials), block)]
+    outs = [_block(plan, thetas[part], y[part], *args) for part in lanes.reshape(-1, block)]
+    return [np.concatenate(parts)[: len(trials)] for parts in zip(*outs, strict=True)]
 
 
 def _cost(y: np.ndarray, simulated: np.ndarray, weight: np.ndarray, finite: np.ndarray) -> np.ndarray:
