@@ -12,20 +12,24 @@ import pytest
 from _arms import tilted_prismatic
 
 import jaxid
-from jaxid.estimate.logs.sensitivities import segment_sensitivities
+from jaxid.estimate.logs.sensitivities import _unrolled_rates_and_sensitivities, segment_sensitivities
 from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
-from jaxid.fit.model import BaseColumns
+from jaxid.fit.model import BaseColumns, HeldTorque
 from jaxid.model import SerialArm, base_parameters, standard_parameters
 
 STEPS, H = 12, 0.01
 
 
-def _model(arm):
-    """``(regressor, known, θ)``: the base parameters, the last two held fixed (their torque ``known``)."""
+def _model(arm, held_torque: bool = False):
+    """``(regressor, known, θ)``: the base parameters, the last two held fixed (their torque ``known``: a plain
+    function, or with ``held_torque`` the fit's ``HeldTorque``, which gives its standard vector)."""
     base = base_parameters(arm)
     values = np.asarray(base.values(standard_parameters(arm)))
     p = len(values)
     free, held = tuple(range(p - 2)), (p - 2, p - 1)
+    if held_torque:
+        regressor = BaseColumns(arm, base, free)
+        return regressor, HeldTorque(BaseColumns(arm, base, held), values[list(held)]), jnp.asarray(values[:-2]) * 1.1
     if isinstance(arm, SerialArm):
         regressor, held_cols = BaseColumns(arm, base, free), BaseColumns(arm, base, held)
     else:  # the two-link arm: its base regressor's columns
@@ -46,10 +50,16 @@ def _model(arm):
 
 
 @pytest.mark.parametrize("substeps", [1, 2])
-@pytest.mark.parametrize("which", ["three_joint", "two_link"])
+@pytest.mark.parametrize("which", ["three_joint_unrolled", "three_joint", "two_link"])
 def test_sensitivities_equal_jacfwd_of_the_simulation(which, substeps):
-    arm = tilted_prismatic() if which == "three_joint" else jaxid.double_pendulum()
-    regressor, known, theta = _model(arm)
+    """``three_joint_unrolled``: the held parameters as the fit holds them (``HeldTorque``), so both the
+    sensitivities (reverse mode through the unrolled inverse dynamics) and the simulation differentiated by
+    ``jacfwd`` (forward mode through the unrolled forward dynamics) take the arm's unrolled path; the other
+    two the generic one (``accelerations``' custom JVP against ``acceleration_sensitivities``)."""
+    arm = jaxid.double_pendulum() if which == "two_link" else tilted_prismatic()
+    regressor, known, theta = _model(arm, held_torque=which == "three_joint_unrolled")
+    unrolled = _unrolled_rates_and_sensitivities(regressor, theta, known)
+    assert (unrolled is not None) == (which == "three_joint_unrolled")  # the path taken
     n = arm.dof
     rng = np.random.default_rng(1)
     y0 = jnp.asarray(np.concatenate([rng.uniform(-1, 1, n) * 0.3, rng.uniform(-1, 1, n)]))

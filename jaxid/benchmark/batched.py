@@ -94,7 +94,7 @@ def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False, b
     if key not in cache:
         model = plan.model
         cmap = model.consistent
-        columns = np.asarray(plan.regressor._standard)
+        columns = np.asarray(plan.regressor.standard_columns)
         keep = np.asarray(cmap.regressor.keep)
         st = plan.setting
         stride = default_decimation(st["sample_step"], st["cutoff_hz"])

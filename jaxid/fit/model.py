@@ -196,7 +196,7 @@ class BaseColumns:
 
     def __init__(self, arm, base, columns: tuple[int, ...]):
         self.arm, self.base, self.columns = arm, base, tuple(columns)
-        self._standard = tuple(base.independent[i] for i in self.columns)
+        self.standard_columns = tuple(base.independent[i] for i in self.columns)  # θ's entries in φ
 
     def __call__(self, q, qd, qdd):
         from ..model import base_regressor
@@ -208,7 +208,7 @@ class BaseColumns:
         import jax.numpy as jnp
 
         theta = jnp.asarray(theta)
-        return jnp.zeros(len(self.base.standard_names), theta.dtype).at[jnp.asarray(self._standard)].set(theta)
+        return jnp.zeros(len(self.base.standard_names), theta.dtype).at[jnp.asarray(self.standard_columns)].set(theta)
 
     def torque(self, theta, q, qd, qdd):
         """``Y_B[..., columns](q, q', q'') θ`` [N m], ``(..., n)``."""

@@ -292,6 +292,15 @@ def forward_dynamics(
 
     Returns ``n`` scalars [rad/s² or m/s²].
     """
+    h, rhs = mass_system(geometry, params, slope, q, qd, tau, sin, cos)
+    return cholesky_solve(h, rhs) if definite else ldl_solve(h, rhs)
+
+
+def mass_system(geometry, params: UnrolledParameters, slope: float, q, qd, tau, sin, cos):
+    """``(D, τ − b)``: the mass matrix with its armature (lower triangle, ``n`` rows of scalars) and the
+    torque less the bias, friction and offset (``n`` scalars), whose solve ``forward_dynamics`` returns
+    (arguments as there). A caller that also solves other right-hand sides with ``D`` (the sensitivities of
+    ``jaxid.estimate.logs.sensitivities``) takes them from here."""
     transforms = _transforms(geometry, q, sin, cos)
     bias = _rnea(geometry, transforms, params, qd, None)
     h = _mass_matrix(geometry, transforms, params)
@@ -299,8 +308,7 @@ def forward_dynamics(
     for i in range(n):
         h[i][i] = total((h[i][i], params.armature[i]))
     friction = _friction(params, qd, slope)
-    rhs = [tau[i] - params.offset[i] - bias[i] - friction[i] for i in range(n)]
-    return cholesky_solve(h, rhs) if definite else ldl_solve(h, rhs)
+    return h, [tau[i] - params.offset[i] - bias[i] - friction[i] for i in range(n)]
 
 
 def inverse_dynamics(geometry, params: UnrolledParameters, slope: float, q, qd, qdd, sin, cos) -> list[Term]:

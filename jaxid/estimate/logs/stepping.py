@@ -32,6 +32,7 @@ __all__ = [
     "model_step",
     "integrate_sample",
     "stable_substeps",
+    "unrolled_standard",
 ]
 
 
@@ -230,11 +231,12 @@ def simulate_segments(
     return jax.vmap(one)(initial_states, torques)
 
 
-def _segment_rates(regressor: Regressor, theta, known: Known | None):
-    """``rates(y, τ, pred)`` of ``simulate_segments``: the unrolled dynamics where the regressor gives its
-    standard vector and the known torque, if any, gives its own on the same arm (``jaxid.fit.model.HeldTorque``:
-    the dynamics are linear in the standard vector, so the two add; ``pred``: the unbatched always-true
-    barrier), else ``_rates``."""
+def unrolled_standard(regressor: Regressor, theta, known: Known | None) -> Array | None:
+    """The standard vector ``(14 n,)`` of the model ``Y θ (+ known)`` where the arm's unrolled dynamics can
+    simulate it: the regressor gives its standard vector (``regressor.standard(θ)``: ``jaxid.fit.model.BaseColumns``
+    of a ``SerialArm``), with no known torque or one that gives its own on the same arm
+    (``jaxid.fit.model.HeldTorque``: a fit's held parameters; the dynamics are linear in the standard vector, so
+    the two add). ``None`` otherwise (the generic path: ``accelerations``)."""
     standard = getattr(regressor, "standard", None)
     arm = getattr(regressor, "arm", None)
     held = None if known is None else getattr(known, "standard", None)
@@ -243,9 +245,21 @@ def _segment_rates(regressor: Regressor, theta, known: Known | None):
         or not fast_path(arm)
         or (known is not None and (held is None or getattr(known, "arm", None) is not arm))
     ):
+        return None
+    return standard(theta) if held is None else standard(theta) + held()
+
+
+def _segment_rates(regressor: Regressor, theta, known: Known | None):
+    """``rates(y, τ, pred)`` of ``simulate_segments``: the unrolled dynamics where the regressor gives its
+    standard vector and the known torque, if any, gives its own on the same arm (``jaxid.fit.model.HeldTorque``:
+    the dynamics are linear in the standard vector, so the two add; ``pred``: the unbatched always-true
+    barrier), else ``_rates``."""
+    standard = unrolled_standard(regressor, theta, known)
+    if standard is None:
         generic = _rates(regressor, theta, known)
         return lambda y, tau, pred: generic(y, tau)
-    dynamics = unrolled_dynamics(arm, standard(theta) if held is None else standard(theta) + held())
+    arm = regressor.arm
+    dynamics = unrolled_dynamics(arm, standard)
     n = arm.dof
 
     def rates(y, tau, pred):
