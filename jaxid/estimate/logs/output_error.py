@@ -56,8 +56,7 @@ sample) Gauss–Newton is ``"ok"`` after 6 passes, held-out 0.32 N m; on the cam
 segments) ``"ok"`` after 20 passes (334 s at load ~5 on 2 cores), held-out 0.316 N m (start 0.315). The weight
 is the model's statement of how far a segment may miss the next one's start; for such logs pass a small one.
 
-The sensitivities: ``acceleration_sensitivities`` (``data``) through ``stepping.integrate_sample``, or on a
-``SerialArm``'s base columns the same derivatives on its unrolled scalar dynamics (``sensitivities``). The chunk
+The sensitivities: ``sensitivities`` (on a ``SerialArm``'s base columns its unrolled scalar dynamics). The chunk
 program is compiled once per model (``regressor`` and ``known`` static, hashed by identity), step, stride and
 chunk shape: every pass, and every later call on logs with the same segment length, reuses it.
 
