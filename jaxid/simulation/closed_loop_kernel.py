@@ -100,16 +100,17 @@ class _Unrolled:
             unrolled.forward_dynamics(self.geometry, self.params, self.slope, q, qd, tau, sin, cos, self.definite)
         )
 
-    def rates(self, y, tau, pred):
-        q, qd = y
-        n = self.n
-        sin, cos = [0.0] * n, [1.0] * n  # prismatic joints: unused
+    def trig(self, q) -> tuple[tuple, tuple]:
+        """``(sin q_i, cos q_i)`` of the revolute joints as ``n``-tuples (``0``, ``1`` for prismatic ones: unused)."""
+        sin, cos = [0.0] * self.n, [1.0] * self.n
         for i in self.revolute:
             sin[i], cos[i] = sincos(q[i])
-        taus = tuple(tau[i] for i in range(n))
-        acc = jax.lax.cond(
-            pred, self._accelerations, _unreachable(self._accelerations), q, qd, taus, tuple(sin), tuple(cos)
-        )
+        return tuple(sin), tuple(cos)
+
+    def rates(self, y, tau, pred):
+        q, qd = y
+        taus = tuple(tau[i] for i in range(self.n))
+        acc = jax.lax.cond(pred, self._accelerations, _unreachable(self._accelerations), q, qd, taus, *self.trig(q))
         return qd, acc
 
 

@@ -25,7 +25,7 @@ from jaxtyping import Array, Float
 
 from ...model import unrolled
 from ...model.scalar_algebra import ldl_solve
-from ...simulation.integrate import sincos
+from ...simulation.closed_loop_kernel import unrolled_dynamics
 from .data import Known, Regressor, acceleration_sensitivities
 from .stepping import integrate_sample, unrolled_standard
 
@@ -63,24 +63,16 @@ def _unrolled_rates_and_sensitivities(regressor: Regressor, theta: Array, known:
     phi = unrolled_standard(regressor, theta, known)
     if phi is None:
         return None
-    arm = regressor.arm
-    n, p, size = arm.dof, theta.shape[-1], phi.shape[-1]
-    geometry, slope = unrolled.joint_geometry(arm), arm.coulomb_slope
-    revolute = tuple(i for i, g in enumerate(geometry) if g.revolute)
+    dynamics = unrolled_dynamics(regressor.arm, phi)  # the residual pass's: its geometry, parameters and trig
+    geometry, params, slope = dynamics.geometry, dynamics.params, dynamics.slope
+    n, p = dynamics.n, theta.shape[-1]
 
-    def trig(q):
-        sin, cos = [0.0] * n, [1.0] * n  # prismatic joints: unused
-        for i in revolute:
-            sin[i], cos[i] = sincos(q[i])
-        return sin, cos
-
-    def kernel(phi, q, qd, tau, sens):
-        params = unrolled.split_standard(arm, phi)
-        h, rhs = unrolled.mass_system(geometry, params, slope, q, qd, tau, *trig(q))
+    def kernel(q, qd, tau, sens):
+        h, rhs = unrolled.mass_system(geometry, params, slope, q, qd, tau, *dynamics.trig(q))
         qdd = tuple(ldl_solve(h, rhs))
 
         def torque(q, qd):
-            return jnp.stack(unrolled.inverse_dynamics(geometry, params, slope, q, qd, qdd, *trig(q)))
+            return jnp.stack(unrolled.inverse_dynamics(geometry, params, slope, q, qd, qdd, *dynamics.trig(q)))
 
         _, pullback = jax.vjp(torque, q, qd)
         j_q, j_qd = jax.vmap(pullback)(jnp.eye(n, dtype=sens.dtype))  # rows of J_y: n-tuples of (n,)
@@ -88,13 +80,12 @@ def _unrolled_rates_and_sensitivities(regressor: Regressor, theta: Array, known:
         right = right.at[:, :p].add(regressor(jnp.stack(q), jnp.stack(qd), jnp.stack(qdd)))  # J_θ = Y_B
         return jnp.stack(qdd), -jnp.stack(ldl_solve(h, list(right)))
 
-    def unreachable(phi, q, qd, tau, sens):  # the false branch: NaN, without tracing ``kernel`` again
+    def unreachable(q, qd, tau, sens):  # the false branch: NaN, without tracing ``kernel`` again
         return jnp.full((n,), jnp.nan, sens.dtype), jnp.full(sens[n:].shape, jnp.nan, sens.dtype)
 
     def rates(state, tau, pred):
         y, sens = state
-        scalars = tuple(phi[i] for i in range(size)), tuple(y[:n]), tuple(y[n:]), tuple(tau)
-        qdd, d_qdd = jax.lax.cond(pred, kernel, unreachable, *scalars, sens)
+        qdd, d_qdd = jax.lax.cond(pred, kernel, unreachable, tuple(y[:n]), tuple(y[n:]), tuple(tau), sens)
         return jnp.concatenate([y[n:], qdd]), jnp.concatenate([sens[n:], d_qdd])
 
     return rates
