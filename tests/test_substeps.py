@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from jaxid.estimate.logs.data import FilteredLog
-from jaxid.estimate.logs.stepping import model_step, simulate_segments, stable_substeps, stage_torques
+from jaxid.estimate.logs.stepping import (
+    model_step,
+    simulate_segments,
+    stable_substeps,
+    stable_substeps_many,
+    stage_torques,
+)
 
 M, C, K = 1.0, 600.0, 1000.0
 H = 0.01  # h |s₂| ≈ 6.0: beyond RK4's stability limit (≈ 2.8) with one step per sample
@@ -75,6 +81,26 @@ def test_rule_finds_the_exact_pole_and_the_substeps():
     substeps, stiffness = stable_substeps(regressor, THETA, [_log()])
     assert stiffness == pytest.approx(H * abs(POLES).max(), rel=1e-10)  # the linear joint's Jacobian is exact
     assert substeps == math.ceil(H * abs(POLES).max() / 2.5) == 3
+
+
+def test_many_models_each_get_their_own_exact_pole():
+    """``stable_substeps_many`` (IDIM-IV's batched passes): each model's rule from its own exact pole, in blocks of
+    ``width`` with the last padded, a model whose Jacobian is not finite at 1 (as ``stable_substeps``), and a
+    model's answer the same whatever its neighbours and the width."""
+    dampings = [600.0, 1.0, 1500.0, 300.0, np.nan]  # stiff, not stiff, stiffer, mildly stiff, not finite
+    thetas = [np.array([M, c, K]) for c in dampings]
+    runs = [[_log()]] * len(thetas)
+    for width in (1, 2, 10):
+        got = stable_substeps_many(regressor, thetas, runs, width=width)
+        for (substeps, stiffness), c in zip(got[:-1], dampings[:-1], strict=True):
+            radius = H * abs(np.roots([M, c, K])).max()
+            assert stiffness == pytest.approx(radius, rel=1e-10)
+            assert substeps == max(1, math.ceil(radius / 2.5))
+        assert got[-1][0] == 1 and math.isnan(got[-1][1])
+        assert [s for s, _ in got] == [3, 1, 6, 2, 1]
+    assert stable_substeps_many(regressor, [], []) == []
+    with pytest.raises(ValueError, match="2 models for 1 sets of logs"):
+        stable_substeps_many(regressor, thetas[:2], runs[:1])
 
 
 def test_substeps_follow_the_exact_solution_where_one_step_diverges():

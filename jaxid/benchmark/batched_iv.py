@@ -12,7 +12,8 @@ the default decimation), with the work that dominates it done for all trials at 
    every sample, ``FilteredLog.band``), once per trial that needs them.
 2. **Per pass**: each trial's RK4 substeps, ``stable_substeps`` of its own estimate on its own log
    (as ``idim_iv``: more substeps are another discretisation, so trials are never run at another
-   trial's count), and ``idim_iv``'s restarts (``iv._near_signals``): the simulations restart from
+   trial's count; all trials' in ``stable_substeps_many``, ``block`` per call), and ``idim_iv``'s restarts
+   (``iv._near_signals``): the simulations restart from
    the filtered measured state every ``segment_s`` (all trials of a setting have the same segments:
    same length, step and trim), and a trial with fewer than ``MIN_NEAR`` of its rows near the measured
    trajectory (``NEAR_RAD``) is simulated again at half the interval, down to ``MIN_SEGMENT_STEPS``
@@ -73,7 +74,7 @@ from ..estimate.logs.iv import (
     _iv_weights,
     not_near_error,
 )
-from ..estimate.logs.stepping import simulate_segments, stable_substeps, stage_torques
+from ..estimate.logs.stepping import simulate_segments, stable_substeps_many, stage_torques
 
 __all__ = ["batched_iv", "IV_BLOCK", "IV_MAX_SUBSTEPS"]
 
@@ -228,7 +229,10 @@ def batched_iv(
     last: dict = {}
     out: list = [None] * count  # every trial ends with an ``Identification`` or an exception
     for _ in range(iterations):
-        substeps = {k: stable_substeps(regressor, theta[k], [logs[k]], known)[0] for k in alive}
+        counts = stable_substeps_many(
+            regressor, [theta[k] for k in alive], [[logs[k]] for k in alive], known, width=block
+        )
+        substeps = {k: c for k, (c, _) in zip(alive, counts, strict=True)}
         # ``_near_signals`` per trial: restart every ``segment_s``, halved until ``MIN_NEAR`` of the rows stay
         # near. Wide blocks of ``block`` lanes, one substep count each, up to ``IV_MAX_SUBSTEPS`` at the
         # first interval; a trial at more substeps or a shorter interval in a block of its own. Each lane

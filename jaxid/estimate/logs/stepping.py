@@ -32,6 +32,7 @@ __all__ = [
     "model_step",
     "integrate_sample",
     "stable_substeps",
+    "stable_substeps_many",
     "unrolled_standard",
 ]
 
@@ -162,9 +163,59 @@ def stable_substeps(
     viscous and smoothed-Coulomb friction make it ``M⁻¹ ∂τ_friction/∂q'``, large. The rule:
     ``substeps = ⌈h λ_max / safe⌉``, at least 1 and at most ``cap``, ``h`` the logs' sample step.
     A Jacobian that is not finite there gives 1 (the simulation then reports what fails).
-    Host-side; the Jacobians in one program compiled per model (``regressor``, ``known``: static).
+    Host-side; the Jacobians in one program compiled per model (``regressor``, ``known``: static):
+    ``stable_substeps_many`` of the one model.
     """
-    h = logs[0].sample_step
+    return stable_substeps_many(regressor, [theta], [logs], known, width=1, safe=safe, cap=cap)[0]
+
+
+def stable_substeps_many(
+    regressor: Regressor,
+    thetas: Sequence[Float[ArrayLike, " p"]],
+    runs: Sequence[Sequence[FilteredLog]],
+    known: Known | None = None,
+    *,
+    width: int = 10,
+    safe: float = STABLE_STEP,
+    cap: int = MAX_SUBSTEPS,
+) -> list[tuple[int, float]]:
+    """``stable_substeps(regressor, thetas[i], runs[i], known)`` for every ``i`` (each model on its own logs), the
+    Jacobians of ``width`` models per call of one compiled program (a ``vmap`` over them; the last call padded by
+    repeating its last model), their eigenvalues in one stacked call: what IDIM-IV's batched passes ask of every
+    trial's estimate (``jaxid.benchmark.batched_iv``) at a fifth of the per-call cost. A model's answer is its own:
+    its lane sees only its own parameters and states, whatever the others."""
+    if len(thetas) != len(runs):
+        raise ValueError(f"stable_substeps_many: {len(thetas)} models for {len(runs)} sets of logs.")
+    if not runs:
+        return []
+    width = max(1, min(int(width), len(runs)))
+    points = [_stiffness_points(logs) for logs in runs]
+    lanes = list(range(len(runs))) + [len(runs) - 1] * (-len(runs) % width)
+    jacs = []
+    for i in range(0, len(lanes), width):
+        block = lanes[i : i + width]
+        theta = jnp.asarray(np.stack([np.asarray(thetas[k], dtype=float) for k in block]))
+        y = jnp.asarray(np.stack([points[k][0] for k in block]))
+        tau = jnp.asarray(np.stack([points[k][1] for k in block]))
+        jacs.append(np.asarray(_state_jacobians(regressor, known, theta, y, tau)))
+    jac = np.concatenate(jacs)[: len(runs)]  # (models, STIFFNESS_POINTS, 2 n, 2 n)
+    finite = np.all(np.isfinite(jac), axis=(1, 2, 3))
+    radius = np.full(len(runs), np.nan)
+    if finite.any():
+        radius[finite] = np.abs(np.linalg.eigvals(jac[finite])).max(axis=(1, 2))
+    out = []
+    for k, logs in enumerate(runs):
+        if not finite[k]:
+            out.append((1, float("nan")))
+            continue
+        stiffness = float(logs[0].sample_step * radius[k])
+        out.append((int(min(max(1, math.ceil(stiffness / safe)), cap)), stiffness))
+    return out
+
+
+def _stiffness_points(logs: Sequence[FilteredLog]) -> tuple[np.ndarray, np.ndarray]:
+    """``stable_substeps``' states ``(STIFFNESS_POINTS, 2 n)`` and torques ``(STIFFNESS_POINTS, n)``: the filtered
+    angles, velocities and torque at evenly spaced usable samples of the logs."""
     ys, taus = [], []
     for d in logs:
         u = d.usable
@@ -172,20 +223,18 @@ def stable_substeps(
         taus.append(np.asarray(d.tau)[u])
     y, tau = np.concatenate(ys), np.concatenate(taus)
     pick = np.linspace(0, y.shape[0] - 1, STIFFNESS_POINTS).round().astype(int)
-    jac = np.asarray(
-        _state_jacobians(regressor, known, jnp.asarray(theta), jnp.asarray(y[pick]), jnp.asarray(tau[pick]))
-    )
-    if not np.all(np.isfinite(jac)):
-        return 1, float("nan")
-    stiffness = float(h * np.abs(np.linalg.eigvals(jac)).max())
-    return int(min(max(1, math.ceil(stiffness / safe)), cap)), stiffness
+    return y[pick], tau[pick]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _state_jacobians(regressor, known, theta, y, tau):
-    """``∂(q', q'')/∂(q, q')`` at each state ``y`` (``(K, 2 n)``) under torque ``tau`` (``(K, n)``)."""
-    rates = _rates(regressor, theta, known)
-    return jax.vmap(jax.jacfwd(rates))(y, tau)
+    """``∂(q', q'')/∂(q, q')`` at each state ``y`` (``(B, K, 2 n)``) under torque ``tau`` (``(B, K, n)``) of the
+    model ``theta`` (``(B, p)``) of its lane."""
+
+    def one(theta, y, tau):
+        return jax.vmap(jax.jacfwd(_rates(regressor, theta, known)))(y, tau)
+
+    return jax.vmap(one)(theta, y, tau)
 
 
 def simulate_segments(
