@@ -262,6 +262,29 @@ def test_a_designed_excitation_lowers_the_bound(tmp_path):
     assert traces["bound"] < 0.75 * traces["random"], traces
 
 
+@pytest.mark.slow
+def test_settings_of_one_arm_share_its_model(tmp_path):
+    """``make_plan``'s arm and model objects (every compiled program that takes the model hashes it by identity)
+    are one per URDF content, arm options and columns: settings with the same columns share them, so their
+    programs compile once; a setting without the Coulomb columns has its own model of the same arm; an edited
+    URDF (same path) is read again."""
+    from jaxid.benchmark import make_plan
+
+    urdf = tmp_path / "arm.urdf"
+    urdf.write_text(TWO_LINK.read_text())
+    extra = "\n[settings.plain]\n\n[settings.without_coulomb]\nmodel_coulomb = false\n"
+    exp = load_config(write_config(tmp_path / "shared.toml", extra=extra, urdf=urdf))
+    plain, again, without = (make_plan(exp, exp.setting(k)) for k in ("plain", "smoke", "without_coulomb"))
+    assert again.regressor is plain.regressor and again.standard is plain.standard
+    assert again.nominal is plain.nominal is without.nominal and again.base is plain.base
+    assert without.regressor is not plain.regressor and len(without.names) == len(plain.names) - 2
+    assert without.regressor.arm is plain.regressor.arm
+    urdf.write_text(TWO_LINK.read_text().replace('<mass value="1.5"/>', '<mass value="1.75"/>'))
+    edited = make_plan(exp, exp.setting("plain"))
+    assert edited.nominal is not plain.nominal and edited.regressor is not plain.regressor
+    assert float(edited.nominal.inertial[1, 0]) == 1.75 and float(plain.nominal.inertial[1, 0]) == 1.5
+
+
 def test_setting_estimator_gives_the_setting_torque_noise():
     # The benchmark tells output error's input covariance and the Kalman filters' process noise the setting's torque
     # noise (a data sheet's figure), unless the setting's options give one, or, for a filter, its own process noise.

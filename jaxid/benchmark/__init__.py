@@ -9,6 +9,7 @@ trial a closed-loop log and every estimator on it (``trial``); chunks on disk, r
 from ..config.benchmark import (
     BENCHMARK_DEFAULTS,
     BENCHMARK_ESTIMATORS,
+    ESTIMATOR_DOC,
     Benchmark,
     is_benchmark,
     load_benchmark,
@@ -16,7 +17,7 @@ from ..config.benchmark import (
 )
 from ..estimate.crlb import base_parameter_crlb
 from .runner import run_benchmark
-from .trial import ESTIMATOR_DOC, BenchmarkPlan, make_plan
+from .trial import BenchmarkPlan, make_plan
 
 __all__ = [
     "BENCHMARK_DEFAULTS",

@@ -17,7 +17,7 @@ in one compiled call; the noise enters the loop through the controller); the noi
 (``filter_log`` at ``cutoff_hz``) and every estimator of the setting runs on it. A trial's rows
 depend on the seed, the setting and its index only.
 
-**Estimators** (``ESTIMATOR_DOC``): all run on the same filtered log and the same rows.
+**Estimators** (``jaxid.config.benchmark.ESTIMATOR_DOC``): all run on the same filtered log and the same rows.
 IDIM-LS is computed for every trial: the start of the others (of those that simulate, consistent LS). A failure (an exception, a
 non-finite estimate, a solver that stops at its iteration limit, a diverged simulation) is a
 status on the trial's rows, never a silent NaN.
@@ -26,8 +26,10 @@ status on the trial's rows, never a silent NaN.
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -57,33 +59,9 @@ __all__ = [
     "make_plan",
     "simulate_trials",
     "run_estimators",
-    "ESTIMATOR_DOC",
     "validation_rmse",
     "setting_estimator",
 ]
-
-#: What each estimator is and what its reported std means (also in ``experiments/README.md``).
-ESTIMATOR_DOC = {
-    "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: Newey-West sandwich "
-    "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
-    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from consistent LS "
-    "(std: the IV Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ over one cut-off period of rows)",
-    "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
-    "Newey-West sandwich at the bounded solution)",
-    "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
-    "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: its own, least "
-    "squares on the active constraint face with the same Newey-West sandwich",
-    "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
-    "coordinates; std: IDIM-LS's Newey-West sandwich with the recursion's P_N for (WᵀW)⁻¹)",
-    "output_error": "multiple-shooting output error on the measured angles, from consistent LS (std: first order, the "
-    "torque reading's noise, the setting's torque_std, an error in the simulated input, jaxid.estimate.logs.shooting_inputs)",
-    "ekf": "extended Kalman filter, state (q, q', θ), from consistent LS",
-    "ukf": "unscented Kalman filter, state (q, q', θ), from consistent LS",
-    "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
-    "of the model's closed loop, simulated noise-free with the setting's controller and reference, from consistent "
-    "LS; a step is taken where it lowers the closed loop's torque error, else cut to a tenth, until no parameter "
-    "would move by 1e-2 of its std (std: consistent LS's own on the last step's rows)",
-}
 
 
 @dataclass
@@ -205,17 +183,30 @@ def _noise_free(plan: BenchmarkPlan, reference, controller) -> tuple | None:
     return q, qd, qdd, tau
 
 
+#: The nominal arm with its base parameters per URDF (path, content) and arm options, and the model's columns per
+#: arm: one object for every setting of a run, so that each program taking the model as a static argument (hashed
+#: by identity) compiles once for all the settings with the same columns, not once per setting.
+_SHARED: dict = {}
+
+
+def _shared(key, make):
+    if key not in _SHARED:
+        _SHARED[key] = make()
+    return _SHARED[key]
+
+
 def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
     """The plan of one setting (module docstring): arms, model, reference, controller, noise, the
     noise-free runs, the Cramér–Rao bound and the held-out truth. Compiles the closed loop once."""
     s = setting
-    nominal = exp.load_arm()
+    urdf = Path(exp.urdf_path)
+    arm_key = (str(urdf.resolve()), hashlib.sha256(urdf.read_bytes()).hexdigest(), repr(exp.arm["options"]))
+    nominal, base = _shared(arm_key, lambda: (lambda a: (a, base_parameters(a)))(exp.load_arm()))
     n = nominal.dof
     added = [jnp.broadcast_to(jnp.asarray(s[k], dtype=float), (n,)) for k in ("true_viscous", "true_coulomb")]
     true_arm = eqx.tree_at(
         lambda a: (a.viscous, a.coulomb), nominal, (nominal.viscous + added[0], nominal.coulomb + added[1])
     )
-    base = base_parameters(nominal)
     names_all = tuple(base.names)
     fc = {f"fc{j + 1}" for j in range(n)}
     columns = tuple(i for i, name in enumerate(names_all) if s["model_coulomb"] or name not in fc)
@@ -236,8 +227,8 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
         names=tuple(names_all[i] for i in columns),
         labels=tuple(base.labels[i] for i in columns),
         truth=truth_all[list(columns)],
-        regressor=BaseColumns(nominal, base, columns),
-        standard=StandardColumns(nominal, zero),
+        regressor=_shared((arm_key, columns), lambda: BaseColumns(nominal, base, columns)),
+        standard=_shared((arm_key, zero), lambda: StandardColumns(nominal, zero)),
         base=base,
         reference=reference,
         controller=controller,

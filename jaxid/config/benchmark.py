@@ -40,6 +40,28 @@ __all__ = [
 #: Estimators the benchmark can run on an N-joint log (``jaxid.benchmark.trial``): every class of
 #: ``jaxid.estimate`` that takes logs, and ``didim`` (``jaxid.benchmark.didim``: it simulates the setting's controller).
 BENCHMARK_ESTIMATORS = (*names_for("log"), "didim")
+#: What each estimator is and what its reported std means (also in ``experiments/README.md``).
+ESTIMATOR_DOC = {
+    "idim_ls": "weighted least squares on the filtered inverse-dynamics regression (std: Newey-West sandwich "
+    "(WᵀW)⁻¹ M (WᵀW)⁻¹ over one cut-off period of rows, whose residuals correlate)",
+    "idim_iv": "instrumental variables from segment-wise simulations of the estimate, 3 passes from consistent LS "
+    "(std: the IV Newey-West sandwich (ZᵀW)⁻¹ M (WᵀZ)⁻¹ over one cut-off period of rows)",
+    "idim_ls_bounded": "IDIM-LS with the unmerged friction and armature parameters bounded at 0 (std: IDIM-LS's "
+    "Newey-West sandwich at the bounded solution)",
+    "idim_ls_consistent": "IDIM-LS's rows fitted over physically consistent standard parameters "
+    "(log-Cholesky, jaxid.estimate.consistency; regularised towards a prior with prior_error); std: its own, least "
+    "squares on the active constraint face with the same Newey-West sandwich",
+    "rls": "recursive least squares over IDIM-LS's weighted rows (forgetting 1, start 0, P0 = 1e8 in scaled "
+    "coordinates; std: IDIM-LS's Newey-West sandwich with the recursion's P_N for (WᵀW)⁻¹)",
+    "output_error": "multiple-shooting output error on the measured angles, from consistent LS (std: first order, the "
+    "torque reading's noise, the setting's torque_std, an error in the simulated input, jaxid.estimate.logs.shooting_inputs)",
+    "ekf": "extended Kalman filter, state (q, q', θ), from consistent LS",
+    "ukf": "unscented Kalman filter, state (q, q', θ), from consistent LS",
+    "didim": "closed-loop output error (DIDIM): consistent LS of the logged torque on the regressor at the states "
+    "of the model's closed loop, simulated noise-free with the setting's controller and reference, from consistent "
+    "LS; a step is taken where it lowers the closed loop's torque error, else cut to a tenth, until no parameter "
+    "would move by 1e-2 of its std (std: consistent LS's own on the last step's rows)",
+}
 #: ``excitation``: a random feasible Fourier trajectory, or one designed by ``jaxid.excitation.fourier_design``.
 EXCITATIONS = ("random", "bound", "condition")
 CONTROLLERS = ("pd", "computed_torque")
