@@ -11,7 +11,7 @@ from scipy.optimize import least_squares
 
 from jaxid.estimate.logs.shooting import NormalEquations
 from jaxid.estimate.logs.shooting_hybrid import hybrid_steps
-from jaxid.estimate.logs.shooting_solvers import solve
+from jaxid.estimate.logs.shooting_solvers import gauss_newton_steps, solve
 
 
 def _residuals(z):
@@ -65,3 +65,24 @@ def test_the_hybrid_s_budget_counts_both_phases():
     """A budget too small for the valley ends ``max_iterations`` with exactly that many passes."""
     sol = solve(hybrid_steps(*START, max_evaluations=6), _normal, _cost)
     assert sol.status == "max_iterations" and sol.evaluations == 6
+
+
+@pytest.mark.parametrize("solver", ["hybrid", "gauss_newton"])
+def test_the_last_point_is_tested_when_the_budget_is_spent(solver):
+    """The stopping tests run at the last point reached even with no pass left: given exactly the passes an
+    unlimited fit takes, the fit ends ``ok`` at the same point with the same certificate (it ended at the limit
+    with the point untested). One pass fewer ends ``max_iterations``."""
+
+    def fit(budget):
+        if solver == "hybrid":
+            steps = hybrid_steps(*START, max_evaluations=budget, stationarity=1e-12, ftol=0, xtol=0, gtol=0)
+            return solve(steps, _normal, _cost)
+        steps = gauss_newton_steps(*START, max_evaluations=budget, stationarity=1e-12, ftol=0, xtol=0)
+        return solve(steps, _normal, _cost)[0]
+
+    free = fit(200)
+    assert free.status == "ok" and free.message.startswith("stationary") and free.evaluations < 200
+    exact = fit(free.evaluations)
+    assert (exact.status, exact.message, exact.evaluations) == (free.status, free.message, free.evaluations)
+    np.testing.assert_array_equal(exact.par, free.par)
+    assert fit(free.evaluations - 1).status == "max_iterations"

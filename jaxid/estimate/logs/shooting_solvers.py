@@ -227,7 +227,7 @@ def gauss_newton_steps(
     cost (``σ̂²``, hence the stds, then within 0.1 % of the optimum's); or on ``ftol`` (a trial point with ``ρ > 1/4`` lowering the cost by less than ``ftol``
     times it) or ``xtol`` (the step's norm against the unknowns'), scipy's tests, where an accepted last
     step is still taken. Else ``"max_iterations"`` after ``max_evaluations`` passes (trial points and the
-    start).
+    start; the last point reached is tested first, with no pass left).
 
     Returns ``(Solution, carry, infos, μ)``: the solution at the last accepted point (``par``: its ``φ``),
     its ``carry``, the accepted steps' ``info`` and the last damping. Raises ``ValueError`` if the start is
@@ -240,7 +240,7 @@ def gauss_newton_steps(
     d2_par, d2_x = (np.where(c > 0, c, 1.0) ** 2 for c in ne.column_norms())
     mu, nu = float(damping), 2.0
     termination, certified, infos, checked = None, None, [], None
-    while termination is None and evaluations < max_evaluations:
+    while termination is None:
         proposal = step(ne, Factor(ne, mu * d2_par, mu * d2_x), mu, par, carry)
         if proposal.bound is not None and proposal.bound <= stationarity * ne.cost:
             termination, certified = 5, max(proposal.bound, 0.0) / ne.cost
@@ -253,6 +253,8 @@ def gauss_newton_steps(
             if moved <= parameter_tolerance:
                 termination, certified = 6, moved
                 break
+        if evaluations >= max_evaluations:  # after the tests: the last point linearised is certified too
+            break
         d_par, d_x = proposal.d_par, proposal.d_x
         predicted = model_decrease(ne, d_par, d_x)
         trial_cost = yield EVALUATE, par + d_par, states + d_x
