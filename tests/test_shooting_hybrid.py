@@ -86,3 +86,25 @@ def test_the_last_point_is_tested_when_the_budget_is_spent(solver):
     assert (exact.status, exact.message, exact.evaluations) == (free.status, free.message, free.evaluations)
     np.testing.assert_array_equal(exact.par, free.par)
     assert fit(free.evaluations - 1).status == "max_iterations"
+
+
+def test_a_lost_decrease_certifies_nothing():
+    """``decrease_holds``: a computed undamped decrease below ``½ |g|² / tr(JᵀJ)`` (no gradient ``Jᵀr`` has a smaller
+    one) is the factorisation's loss, not stationarity: the exact decrease of the Rosenbrock problem's normal
+    equations holds; the same equations with a gradient outside the range of ``JᵀJ`` (a broken factorisation's
+    view: its pseudo-inverse gives 0) hold no certificate, so Gauss–Newton's step carries no bound there."""
+    from jaxid.estimate.logs.shooting import Factor, decrease_holds, undamped_decrease
+    from jaxid.estimate.logs.shooting_solvers import plain_step
+
+    ne, _ = _normal(*START)
+    bound = undamped_decrease(ne)
+    assert (
+        bound > 0
+        and decrease_holds(ne, bound)
+        and plain_step(ne, Factor(ne, 0 * ne.g_par, 0 * ne.g_x), 0.0, START[0]).bound == bound
+    )
+    assert not decrease_holds(ne, 0.0) and not decrease_holds(ne, -1.0)
+    singular = ne._replace(a=np.diag([1.0, 0.0]), b=np.zeros_like(ne.b), g_par=np.array([0.0, 2.0]), g_x=0 * ne.g_x)
+    assert undamped_decrease(singular) <= 1e-12 and not decrease_holds(singular, undamped_decrease(singular))
+    assert plain_step(singular, Factor(singular, 0 * singular.g_par, 0 * singular.g_x), 0.0, START[0]).bound is None
+    assert decrease_holds(ne._replace(g_par=0 * ne.g_par, g_x=0 * ne.g_x), 0.0)  # no gradient: stationary

@@ -39,6 +39,7 @@ __all__ = [
     "model_decrease",
     "parameter_step",
     "undamped_decrease",
+    "decrease_holds",
 ]
 
 
@@ -284,6 +285,17 @@ def undamped_decrease(ne: NormalEquations) -> float:
     (over ``φ`` and the states; the pseudo-inverse's fallback of ``Factor`` where ``JᵀJ`` is singular)."""
     d_par, d_x = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x)).solve(-ne.g_par, -ne.g_x)
     return -0.5 * float(ne.g_par @ d_par + np.sum(ne.g_x * d_x))
+
+
+def decrease_holds(ne: NormalEquations, bound: float) -> bool:
+    """Whether ``bound``, a computed undamped decrease ``½ gᵀ(JᵀJ)⁻¹g`` at ``ne``, can certify stationarity: at least
+    ``½ |g|² / tr(JᵀJ)``, below which the decrease of a gradient ``g = Jᵀr`` (in the range of ``JᵀJ``) never lies
+    (``λ_max ≤ tr``). Less, e.g. 0 with a gradient that is not 0, means the factorisation lost it (an ill-conditioned
+    ``JᵀJ``): no certificate."""
+    col_par, col_x = ne.column_norms()
+    trace = float(np.sum(col_par**2) + np.sum(col_x**2))
+    g2 = float(ne.g_par @ ne.g_par + np.sum(ne.g_x**2))
+    return g2 == 0.0 or (trace > 0.0 and bound >= 0.5 * g2 / trace)
 
 
 def model_decrease(ne: NormalEquations, d_par: np.ndarray, d_x: np.ndarray) -> float:

@@ -37,7 +37,7 @@ from collections.abc import Generator
 
 import numpy as np
 
-from .shooting import Factor, model_decrease, parameter_step
+from .shooting import Factor, decrease_holds, model_decrease, parameter_step
 from .shooting_solvers import (
     EVALUATE,
     LINEARISE,
@@ -115,10 +115,11 @@ def _line_search(sol: Solution, max_evaluations, parameter_tolerance, dof, stati
             break
         d_par, d_x = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x)).solve(-ne.g_par, -ne.g_x)
         bound = model_decrease(ne, d_par, d_x)
-        if bound <= stationarity * ne.cost:
+        holds = decrease_holds(ne, bound)  # else the factorisation lost it: no certificate
+        if holds and bound <= stationarity * ne.cost:
             termination, certified = 5, max(bound, 0.0) / ne.cost
             break
-        if parameter_tolerance is not None and bound <= SETTLED_COST * ne.cost:
+        if holds and parameter_tolerance is not None and bound <= SETTLED_COST * ne.cost:
             moved = parameter_step(ne, dof)
             if moved <= parameter_tolerance:
                 termination, certified = 6, moved

@@ -28,7 +28,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .shooting import Factor, NormalEquations, _normal_product, model_decrease, parameter_step, undamped_decrease
+from .shooting import (
+    Factor,
+    NormalEquations,
+    _normal_product,
+    decrease_holds,
+    model_decrease,
+    parameter_step,
+    undamped_decrease,
+)
 
 __all__ = [
     "EVALUATE",
@@ -175,10 +183,11 @@ class Step(NamedTuple):
 
 
 def plain_step(ne: NormalEquations, factor: Factor, mu: float, par: np.ndarray, carry=None) -> Step:
-    """``gauss_newton``'s unconstrained step: ``(JᵀJ + μ D²) δ = −Jᵀr`` (``factor``), with the
-    undamped model's largest decrease (``undamped_decrease``) as its stationarity bound."""
+    """``gauss_newton``'s unconstrained step: ``(JᵀJ + μ D²) δ = −Jᵀr`` (``factor``), with the undamped model's
+    largest decrease (``undamped_decrease``) as its stationarity bound (none where ``decrease_holds`` fails)."""
     d_par, d_x = factor.solve(-ne.g_par, -ne.g_x)
-    return Step(d_par, d_x, carry, undamped_decrease(ne))
+    bound = undamped_decrease(ne)
+    return Step(d_par, d_x, carry, bound if decrease_holds(ne, bound) else None)
 
 
 def termination_code(reduction, ratio, cost, d_par, d_x, par, states, ftol, xtol) -> int:
