@@ -201,7 +201,8 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
     s = setting
     urdf = Path(exp.urdf_path)
     arm_key = (str(urdf.resolve()), hashlib.sha256(urdf.read_bytes()).hexdigest(), repr(exp.arm["options"]))
-    nominal, base = _shared(arm_key, lambda: (lambda a: (a, base_parameters(a)))(exp.load_arm()))
+    nominal = _shared((arm_key, "arm"), exp.load_arm)
+    base = _shared((arm_key, "base"), lambda: base_parameters(nominal))
     n = nominal.dof
     added = [jnp.broadcast_to(jnp.asarray(s[k], dtype=float), (n,)) for k in ("true_viscous", "true_coulomb")]
     true_arm = eqx.tree_at(
@@ -227,8 +228,8 @@ def make_plan(exp: Benchmark, setting: Setting) -> BenchmarkPlan:
         names=tuple(names_all[i] for i in columns),
         labels=tuple(base.labels[i] for i in columns),
         truth=truth_all[list(columns)],
-        regressor=_shared((arm_key, columns), lambda: BaseColumns(nominal, base, columns)),
-        standard=_shared((arm_key, zero), lambda: StandardColumns(nominal, zero)),
+        regressor=_shared((arm_key, "columns", columns), lambda: BaseColumns(nominal, base, columns)),
+        standard=_shared((arm_key, "standard", zero), lambda: StandardColumns(nominal, zero)),
         base=base,
         reference=reference,
         controller=controller,
