@@ -157,6 +157,7 @@ def test_make_estimator_builds_every_log_estimator():
 
 def test_a_fit_stopped_at_its_limit_warns():
     from jaxid.estimate.logs import Identification
+    from jaxid.estimate.logs.shooting import MISFIT_NOTE
     from jaxid.fit.checks import estimate_warnings
     from jaxid.fit.model import build_model
 
@@ -172,6 +173,16 @@ def test_a_fit_stopped_at_its_limit_warns():
         )
         kinds = [w["kind"] for w in estimate_warnings(model, "output_error", est, [])]
         assert ("not_converged" in kinds) == warned, kinds
+    # A stopped output error whose angle residuals are far above the angle noise is told why more passes may not help.
+    for misfit, said in (("7.25", True), ("1.6", False)):
+        note = f"8 segments of 0.5 s; {MISFIT_NOTE} {misfit} × the angle noise σ"
+        est = Identification(
+            "output_error", model.names, value, 1e-4 * np.eye(p), p, 1.0, np.ones(2), 10, 30, note, "max_iterations"
+        )
+        (message,) = [
+            w["message"] for w in estimate_warnings(model, "output_error", est, []) if w["kind"] == "not_converged"
+        ]
+        assert (f"by {misfit} × their noise" in message) == said, message
     # Output error's std from a torque noise estimated from the logs (an upper bound in closed loop) is said to be
     # conservative, unless the config gives the sensor's torque_std.
     note = "8 segments of 0.5 s; covariance with the torque reading's noise σ_τ = [0.2 0.2] N m"

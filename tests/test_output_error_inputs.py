@@ -22,9 +22,9 @@ from test_output_error_streaming import dense_problem
 
 import jaxid
 from jaxid.estimate.logs import output_error
-from jaxid.estimate.logs.data import FilteredLog, torque_noise_std
+from jaxid.estimate.logs.data import FilteredLog, angle_noise_std, torque_noise_std
 from jaxid.estimate.logs.output_error import output_error_fit
-from jaxid.estimate.logs.shooting import covariance_envelope, sandwich
+from jaxid.estimate.logs.shooting import MISFIT_NOTE, covariance_envelope, sandwich
 from jaxid.estimate.logs.shooting_inputs import input_noise_covariance, torque_response
 from jaxid.estimate.logs.shooting_solvers import solve
 
@@ -100,6 +100,7 @@ def test_the_estimate_reports_the_envelope_of_model_and_residuals(two_link):
     problem, sol = _solution(logs, regressor, names, ls)
     request = problem.request(sol.par, sol.states)
     est = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
+    assert est.status == "ok" and MISFIT_NOTE not in est.notes  # the misfit is said of a stopped fit only
     model = input_noise_covariance(problem, logs, sol.normal, sol.extra[0], request, np.full(2, 0.01))[0]
     sandwich_ = output_error(logs, regressor, names, start=ls, solver=TRF, covariance="sandwich").covariance
     np.testing.assert_allclose(est.covariance, covariance_envelope(model, sandwich_), rtol=1e-8, atol=0)
@@ -115,6 +116,11 @@ def test_a_fit_stopped_at_its_limit_reports_the_sandwich(two_link):
     sandwich_ = output_error(logs, regressor, names, start=ls, solver=TRF, max_iterations=3, covariance="sandwich")
     assert stopped.status == "max_iterations" and "covariance: the segment sandwich" in stopped.notes
     np.testing.assert_array_equal(stopped.covariance, sandwich_.covariance)
+    # Its notes give the angle residuals' RMS in angle-noise stds: the per-joint residual stds [rad] over the
+    # logs' angle noise, pooled (every joint has the same rows).
+    said = float(stopped.notes.split(MISFIT_NOTE)[1].split("×")[0])
+    pooled = np.sqrt(np.mean((np.asarray(stopped.residual_std) / angle_noise_std(logs)) ** 2))
+    np.testing.assert_allclose(said, pooled, rtol=5e-3)
 
 
 def test_covariance_envelope_is_the_larger_of_two():

@@ -25,7 +25,9 @@
 - ``noise_upper_bound``: output error's std carries the torque reading's noise ``σ_τ`` estimated from the logs
   (no ``torque_std`` given): in closed loop that estimate also holds the controller's reaction to the angle
   noise, so it is an upper bound and the std conservative (16× on the benchmark's ``encoder_limited``);
-- ``not_converged``: an iterative fit stopped at its iteration limit (the estimate is its last iterate);
+- ``not_converged``: an iterative fit stopped at its iteration limit (the estimate is its last iterate; for output
+  error whose angle residuals' RMS exceeds ``MISFIT_FACTOR`` = 2 angle-noise stds, it adds that the misfit is the
+  torque reading's noise through the simulation or model error, where more passes often do not help);
   ``weak_instruments``: IDIM-IV's simulated regressor barely correlates with the measured one in some
   direction (``jaxid.estimate.logs.iv.WEAK_CORRELATION``): its estimate is unreliable there;
 - ``far_from_reference``: an estimated parameter differs from the reference's by a factor of
@@ -42,10 +44,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from ..config.fit_checks import config_error
+from ..estimate.logs.shooting import MISFIT_NOTE
 from ..estimate.logs.shooting_inputs import INPUT_NOISE_NOTE
 from .cutoff import MOVES_RAD
 
@@ -67,6 +71,9 @@ DEGREES_SPAN = 4 * math.pi
 MIN_PERIODS = 5
 FAR_FACTOR = 10.0
 WORSE_FACTOR = 1.5
+#: A stopped multiple-shooting fit whose angle residuals' RMS exceeds this many angle-noise stds: its misfit is not the
+#: encoder's noise (``not_converged`` says so).
+MISFIT_FACTOR = 2.0
 
 
 def check_horizons(logs, trim_s: float, horizons_s) -> None:
@@ -149,6 +156,20 @@ def nominal_warnings(validation, default_table, estimates: list[str]) -> list[di
     return out
 
 
+def _misfit(notes: str) -> str:
+    """What ``not_converged`` adds for a multiple-shooting fit whose notes give its angle residuals' RMS in units
+    of the angle noise (``MISFIT_NOTE``): above ``MISFIT_FACTOR``, that the misfit is not the encoder's noise."""
+    found = re.search(re.escape(MISFIT_NOTE) + r" ([0-9.eE+-]+)", notes)
+    if found is None or float(found.group(1)) <= MISFIT_FACTOR:
+        return ""
+    return (
+        f" Its simulated angles miss the measured ones by {found.group(1)} × their noise (RMS): the torque reading's "
+        "noise driven through the simulation, or model error; on such logs more passes often do not help "
+        '(docs/performance.md, "Why output error stops on poorly exciting logs"): compare its held-out torque '
+        "with IDIM-LS's."
+    )
+
+
 def _warning(kind: str, model: str, message: str) -> dict[str, str]:
     return {"kind": kind, "model": model, "message": message}
 
@@ -216,7 +237,7 @@ def estimate_warnings(model, name: str, est, consistency_rows, options=None) -> 
                 "not_converged",
                 name,
                 f"{name}: the solver stopped with status {est.status!r} (raise its max_iterations in "
-                f"[estimators.{name}]); the estimate is its last iterate.",
+                f"[estimators.{name}]); the estimate is its last iterate.{_misfit(est.notes)}",
             )
         )
     failed = [r["check"] for r in consistency_rows if not r["ok"]]

@@ -111,7 +111,7 @@ from jaxtyping import Array, ArrayLike
 
 from .data import FilteredLog, Known, Regressor, torque_noise_std
 from .idim import Identification
-from .shooting import covariance_envelope, normal_equations, schur_complement, segment_sandwich
+from .shooting import MISFIT_NOTE, covariance_envelope, normal_equations, schur_complement, segment_sandwich
 from .shooting_hybrid import hybrid_steps
 from .shooting_inputs import INPUT_NOISE_NOTE, input_noise_covariance
 from .shooting_passes import ShootingProblem, shooting_problem
@@ -352,14 +352,12 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     rank = int(np.sum(ev > ev.max() * 1e-14))
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
-    lags_note = ""
     theta_hat = np.asarray(theta_hat, dtype=float)  # the request's θ: ``sol.par`` is ``z`` or, consistent, the arm's
+    lags_note = "covariance: the segment sandwich (not at an optimum, where the inputs' holds)"
     if noise is not None and sol.status != "ok":  # the first-order propagation holds at an optimum only
-        noise, lags, lags_note = (
-            None,
-            0,
-            "covariance: the segment sandwich (not at an optimum, where the inputs' holds)",
-        )
+        noise, lags = None, 0
+    else:
+        lags_note = ""
     if noise is not None:  # at least what the residuals show: a misfit (model error) is not hidden
         model = input_noise_covariance(
             problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states)._replace(theta=theta_hat), noise
@@ -381,6 +379,8 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
         notes += f"; {INPUT_NOISE_NOTE} = {np.array2string(noise, precision=3)} N m"
     elif lags_note:
         notes += "; " + lags_note
+    if sol.status != "ok":  # far above 1: the misfit is not the encoder's noise (jaxid fit's not_converged warning)
+        notes += f"; {MISFIT_NOTE} {float(np.sqrt(np.mean(np.square(blocks.res)))):.3g} × the angle noise σ"
     if problem.substeps > 1:
         why = "" if problem.stiffness is None else f" (h λ_max = {problem.stiffness:.3g} at the start)"
         notes += f"; {problem.substeps} RK4 substeps per sample{why}"

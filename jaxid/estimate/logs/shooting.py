@@ -40,7 +40,12 @@ __all__ = [
     "parameter_step",
     "undamped_decrease",
     "decrease_holds",
+    "MISFIT_NOTE",
 ]
+
+#: How the notes of a multiple-shooting fit that stopped short of its tests (``output_error``) give the RMS of its
+#: angle residuals in units of the angle noise ``σ`` (``jaxid fit``'s ``not_converged`` warning reads it).
+MISFIT_NOTE = "the angle residuals' RMS is"
 
 
 class Blocks(NamedTuple):
