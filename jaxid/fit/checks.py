@@ -27,7 +27,7 @@
   noise, so it is an upper bound and the std conservative (16× on the benchmark's ``encoder_limited``);
 - ``not_converged``: an iterative fit stopped at its iteration limit (the estimate is its last iterate; for output
   error whose angle residuals' RMS exceeds ``MISFIT_FACTOR`` = 2 angle-noise stds, it adds that the misfit is the
-  torque reading's noise through the simulation or model error, where more passes often do not help);
+  torque reading's noise through the simulation, model error or a fit still far from its optimum);
   ``weak_instruments``: IDIM-IV's simulated regressor barely correlates with the measured one in some
   direction (``jaxid.estimate.logs.iv.WEAK_CORRELATION``): its estimate is unreliable there;
 - ``far_from_reference``: an estimated parameter differs from the reference's by a factor of
@@ -164,9 +164,9 @@ def _misfit(notes: str) -> str:
         return ""
     return (
         f" Its simulated angles miss the measured ones by {found.group(1)} × their noise (RMS): the torque reading's "
-        "noise driven through the simulation, or model error; on such logs more passes often do not help "
-        '(docs/performance.md, "Why output error stops on poorly exciting logs"): compare its held-out torque '
-        "with IDIM-LS's."
+        "noise driven through the simulation, model error, or a fit still far from its optimum; where more passes "
+        'do not lower it they will not help (docs/performance.md, "Why output error stops on poorly exciting '
+        "logs\"): compare its held-out torque with IDIM-LS's."
     )
 
 
