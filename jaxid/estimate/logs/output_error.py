@@ -353,11 +353,10 @@ def shooting_identification(problem, names, theta_normal, blocks, theta_hat, sol
     cond = float(np.sqrt(ev.max() / max(ev.min(), 1e-300)))
     lags, noise, logs = covariance
     theta_hat = np.asarray(theta_hat, dtype=float)  # the request's θ: ``sol.par`` is ``z`` or, consistent, the arm's
-    lags_note = "covariance: the segment sandwich (not at an optimum, where the inputs' holds)"
+    lags_note = ""
     if noise is not None and sol.status != "ok":  # the first-order propagation holds at an optimum only
         noise, lags = None, 0
-    else:
-        lags_note = ""
+        lags_note = "covariance: the segment sandwich (not at an optimum, where the inputs' holds)"
     if noise is not None:  # at least what the residuals show: a misfit (model error) is not hidden
         model = input_noise_covariance(
             problem, logs, theta_normal, blocks, problem.request(sol.par, sol.states)._replace(theta=theta_hat), noise
