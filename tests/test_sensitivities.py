@@ -12,8 +12,12 @@ import pytest
 from _arms import tilted_prismatic
 
 import jaxid
-from jaxid.estimate.logs.sensitivities import _unrolled_rates_and_sensitivities, segment_sensitivities
-from jaxid.estimate.logs.stepping import simulate_segments, stage_torques
+from jaxid.estimate.logs.sensitivities import (
+    _unrolled_rates_and_sensitivities,
+    model_step_jacobian,
+    segment_sensitivities,
+)
+from jaxid.estimate.logs.stepping import model_step, simulate_segments, stage_torques
 from jaxid.fit.model import BaseColumns, HeldTorque
 from jaxid.model import SerialArm, base_parameters, standard_parameters
 
@@ -78,3 +82,47 @@ def test_sensitivities_equal_jacfwd_of_the_simulation(which, substeps):
     np.testing.assert_allclose(sens_q, reference[:, :n], rtol=0, atol=1e-11 * scale)
     np.testing.assert_allclose(sens_end, reference[-1], rtol=0, atol=1e-11 * scale)
     assert np.abs(reference[-1, :, : theta.size]).max() > 1e-3  # the parameters move the end state
+
+
+@pytest.mark.parametrize("substeps", [1, "traced"])
+def test_the_ekf_s_step_jacobian_equals_jacfwd_of_the_step(substeps):
+    """``model_step_jacobian`` on the unrolled path (a ``lax.scan`` over samples under ``vmap`` over two models,
+    the step index the barrier's predicate, as the log-side EKF runs it) against ``jax.jacfwd`` of ``model_step``,
+    which differentiates the generic dynamics (``accelerations``' custom JVP); columns ``(y, θ)``. Substeps static
+    and traced (the EKF's batch traces them)."""
+    arm = tilted_prismatic()
+    regressor, known, theta = _model(arm, held_torque=True)
+    assert _unrolled_rates_and_sensitivities(regressor, theta, known) is not None
+    n, rng = arm.dof, np.random.default_rng(2)
+    thetas = jnp.stack([theta, theta * 0.9])
+    ys = jnp.asarray(np.concatenate([rng.uniform(-0.3, 0.3, (2, 4, n)), rng.uniform(-1, 1, (2, 4, n))], axis=-1))
+    stages = jnp.asarray(rng.normal(0, 2.0, (2, 4, 3, n)))
+    count = 2 if substeps == "traced" else substeps
+
+    def run(th, y, u):
+        def body(_, data):
+            yk, uk, k = data
+            sub = jnp.asarray(count) if substeps == "traced" else count
+            return None, model_step_jacobian(regressor, th, yk, uk, H, known, sub, k >= 0)
+
+        return jax.lax.scan(body, None, (y, u, jnp.arange(y.shape[0])))[1]
+
+    value, jac = jax.jit(jax.vmap(run))(thetas, ys, stages)
+
+    def reference(th, y, u):
+        def step(z):
+            return model_step(regressor, z[2 * n :], z[: 2 * n], u, H, known, count)
+
+        z = jnp.concatenate([y, th])
+        return step(z), jax.jacfwd(step)(z)
+
+    ref_value, ref_jac = jax.jit(jax.vmap(jax.vmap(reference, in_axes=(None, 0, 0))))(thetas, ys, stages)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-13, atol=1e-13)
+    scale = np.abs(ref_jac).max()
+    np.testing.assert_allclose(jac, ref_jac, rtol=0, atol=1e-11 * scale)
+    assert np.abs(ref_jac[..., 2 * n :]).max() > 1e-4  # the parameters move the step
+    # Off the unrolled path (no predicate) it is jacfwd of the step itself.
+    value0, jac0 = jax.jit(lambda th, y, u: model_step_jacobian(regressor, th, y, u, H, known, count))(
+        thetas[0], ys[0, 0], stages[0, 0]
+    )
+    np.testing.assert_allclose(jac0, ref_jac[0, 0], rtol=0, atol=1e-13 * scale)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from ... import linalg
 
@@ -188,12 +188,16 @@ def extended_kalman_filter(
     )
 
 
-def _augmented_predict(mean, cov, step, Qx, u):
+def _augmented_predict(mean, cov, step, Qx, u, step_jacobian=None):
     """``_ekf_predict`` for ``f(z, u) = (step(z[:m], z[m:], u), z[m:])`` and ``Q = diag(Qx, 0)``: with
     ``F = [[J], [0, I]]`` (``J = ∂step/∂z``, ``m × (m + p)``), ``F P Fᵀ`` is ``J P`` in the first ``m`` rows and
-    columns, ``J P Jᵀ`` in their corner and ``P`` elsewhere."""
+    columns, ``J P Jᵀ`` in their corner and ``P`` elsewhere. ``J`` by ``jax.jacfwd`` of ``step``, or
+    ``step_jacobian(x, θ, u) -> (step(x, θ, u), J)`` where given."""
     m = Qx.shape[0]
-    pred, jac = _value_and_jacobian(lambda z: step(z[:m], z[m:], u), mean)
+    if step_jacobian is None:
+        pred, jac = _value_and_jacobian(lambda z: step(z[:m], z[m:], u), mean)
+    else:
+        pred, jac = step_jacobian(mean[:m], mean[m:], u)
     rows = jac @ cov
     corner = _symmetrise(rows @ jac.T + Qx)
     cov = cov.at[:m].set(rows).at[:, :m].set(rows.T).at[:m, :m].set(corner)
@@ -221,11 +225,12 @@ def augmented_extended_kalman_filter(
     m0: Float[Array, " n"],
     P0: Float[Array, "n n"],
     emissions: Float[Array, "T d"],
-    inputs: Array | None = None,
+    inputs: PyTree | None = None,
     *,
     return_covariances: bool = False,
     update_limit: Callable[[Array, Array], Array] | None = None,
     valid: Array | None = None,
+    step_jacobian: Callable[[Array, Array, Array], tuple[Array, Array]] | None = None,
 ) -> FilterResult:
     """``extended_kalman_filter`` for a state ``z = (x, θ)`` whose parameters ``θ`` are constant and whose
     first ``d`` entries are measured: ``x_{t+1} = step(x_t, θ, u_t) + w_t``, ``w ~ N(0, Qx)`` (``x`` the first
@@ -233,11 +238,13 @@ def augmented_extended_kalman_filter(
     ``extended_kalman_filter`` with ``f(z, u) = (step(z[:m], z[m:], u), z[m:])``, ``h(z) = z[:d]`` and
     ``Q = diag(Qx, 0)``, equal to round-off (tested), by the block structure: a step costs
     ``O(m (m + p)²)`` and ``O(d (m + p)²)`` instead of the dense ``O((m + p)³)`` (the EKF on a seven-joint arm's
-    logs: ``m = 14``, ``p = 69``). Arguments otherwise as ``extended_kalman_filter``'s."""
+    logs: ``m = 14``, ``p = 69``). ``step_jacobian(x, θ, u) -> (step(x, θ, u), ∂step/∂(x, θ))``, optional: the
+    transition's Jacobian by the caller's own route (the log-side EKF's: ``sensitivities.model_step_jacobian``)
+    instead of ``jax.jacfwd`` of ``step``. Arguments otherwise as ``extended_kalman_filter``'s."""
     inputs = _default_inputs(emissions, inputs)
     return _run_filter(
         lambda m, P, y: _selection_condition(m, P, R, y, update_limit),
-        lambda m, P, u: _augmented_predict(m, P, step, Qx, u),
+        lambda m, P, u: _augmented_predict(m, P, step, Qx, u, step_jacobian),
         m0,
         P0,
         emissions,

@@ -32,12 +32,14 @@ the start that chose the RK4 substeps (``stable_substeps``). ``mass_floor = 0`` 
 
 Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the
 data, start and noise levels traced), so the logs of a benchmark setting's trials compile once; the
-EKF's transition Jacobian goes through the accelerations' custom JVP and one copy of the model per
-step (``jaxid.estimate.logs.data``), and ``jaxid.estimate.kalman.filters`` traces the transition once per step.
-The EKF runs ``augmented_extended_kalman_filter``: ``θ`` is constant and the angles are the state's first
+transition's Jacobian by ``sensitivities.model_step_jacobian`` (below; elsewhere ``jacfwd`` through the
+accelerations' custom JVP, one copy of the model per step). The EKF runs ``augmented_extended_kalman_filter``: ``θ`` is constant and the angles are the state's first
 entries, so the covariance's predict and update are products of ``2 n`` or ``n`` rows instead of dense
 ``(2 n + p)²`` matrices (the Panda: 83 states); the same filter to round-off (1e-12 on 20 Panda trials), 20
 warm trials 12.9 → 10.4 s (docs/performance.md, "The EKF's block-structured covariance").
+On a ``SerialArm``'s base columns (the benchmark's and ``jaxid fit``'s) that Jacobian is one sample of the forward
+sensitivities on the arm's unrolled dynamics (as output error's pass): 20 Panda trials a setting, warm, 0.77 → 0.51 s
+a rich trial, 2.44 → 1.30 s a poor one, the first program ~7 s longer (docs/performance.md, "The EKF's transition").
 ``kalman_filter_batch`` runs many trials' logs (one each) as one ``vmap`` of that program.
 
 Standard deviations: the final filtered covariance of ``θ`` — exact only for a linear-Gaussian
@@ -56,6 +58,7 @@ import numpy as np
 from ..._platform import thread_map
 from ..logs.data import FilteredLog, Known, Regressor, angle_noise_std
 from ..logs.idim import Identification, _row_bucket
+from ..logs.sensitivities import model_step_jacobian
 from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import augmented_extended_kalman_filter, unscented_kalman_filter
 from .mass_floor import _mass_limit, _mass_points, velocity_covariance
@@ -332,6 +335,9 @@ def _filter_body(
     def step(y, th, u):
         return model_step(regressor, th, y, u, sample_step, known, substeps)
 
+    def step_jacobian(y, th, u):  # u: the stage torques and the step's index (the unrolled path's barrier)
+        return model_step_jacobian(regressor, th, y, u[0], sample_step, known, substeps, u[1] >= 0)
+
     m0 = jnp.concatenate([q0, qd0, theta])
     p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
     p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
@@ -339,8 +345,10 @@ def _filter_body(
     r = jnp.diag(r_std**2)
     limit = _mass_limit(mass_basis, mass_constant, mass_floor, n)
     if kind == "ekf":  # θ constant, the angles measured: the block-structured EKF (same filter, cheaper)
+        # The step's index rides with its torques: a fresh ``arange``, not batched under ``_filter_logs``' ``vmap``.
+        inputs, options = (stages, jnp.arange(stages.shape[0])), dict(update_limit=limit, valid=valid)
         result = augmented_extended_kalman_filter(
-            step, qx, r, m0, p0, emissions, stages, update_limit=limit, valid=valid
+            lambda y, th, u: step(y, th, u[0]), qx, r, m0, p0, emissions, inputs, step_jacobian=step_jacobian, **options
         )
     else:
 

@@ -27,9 +27,9 @@ from ...model import unrolled
 from ...model.scalar_algebra import ldl_solve
 from ...simulation.closed_loop_kernel import unrolled_dynamics
 from .data import Known, Regressor, acceleration_sensitivities
-from .stepping import integrate_sample, unrolled_standard
+from .stepping import integrate_sample, model_step, unrolled_standard
 
-__all__ = ["segment_sensitivities"]
+__all__ = ["model_step_jacobian", "segment_sensitivities"]
 
 
 def _rates_and_sensitivities(regressor: Regressor, theta: Array, known: Known | None):
@@ -121,3 +121,35 @@ def segment_sensitivities(
     (_, sens_end), (ys, qs) = jax.lax.scan(step, (y0, sens0), (torques, jnp.arange(torques.shape[0])))
     states = jnp.concatenate([y0[None], ys])
     return states, jnp.concatenate([sens0[None, :n], qs]), sens_end
+
+
+def model_step_jacobian(
+    regressor: Regressor,
+    theta: Float[Array, " p"],
+    y: Float[Array, " m"],
+    stage_torques: Float[Array, "3 n"],
+    sample_step: float,
+    known: Known | None = None,
+    substeps: int | Array = 1,
+    pred: Array | None = None,
+) -> tuple[Float[Array, " m"], Float[Array, "m m+p"]]:
+    """``(model_step(...), ∂ model_step / ∂(y, θ))``: one sample and its Jacobian, columns ``y`` then ``θ`` (the
+    EKF's transition, ``jaxid.estimate.kalman.logs``). Where the model is simulated on the arm's unrolled
+    dynamics (``_unrolled_rates_and_sensitivities``) it is one sample of ``segment_sensitivities`` from
+    ``S = [0, I]``, ``pred`` the ``lax.cond`` barrier's predicate (a traced scalar that is always true and not
+    batched, e.g. ``k >= 0`` of a scan's step index ``k``); elsewhere (``pred`` unused) ``jax.jacfwd`` of
+    ``model_step``. The same numbers to round-off (tested). Panda, 10 trials × 500 samples under ``vmap``, the
+    CLI's XLA flags: 216 → 90 µs a sample (compile 4.4 → 10.9 s)."""
+    m, p = y.shape[-1], theta.shape[-1]
+    fast = None if pred is None else _unrolled_rates_and_sensitivities(regressor, theta, known)
+    if fast is None:
+
+        def twice(z):
+            value = model_step(regressor, z[m:], z[:m], stage_torques, sample_step, known, substeps)
+            return value, value
+
+        jac, value = jax.jacfwd(twice, has_aux=True)(jnp.concatenate([y, theta]))
+        return value, jac
+    sens0 = jnp.concatenate([jnp.zeros((m, p), y.dtype), jnp.eye(m, dtype=y.dtype)], axis=1)
+    value, sens = integrate_sample(lambda s, tau: fast(s, tau, pred), (y, sens0), stage_torques, sample_step, substeps)
+    return value, jnp.concatenate([sens[:, p:], sens[:, :p]], axis=1)
