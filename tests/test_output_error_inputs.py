@@ -21,7 +21,7 @@ from _simulated_log import filtered_two_link
 from test_output_error_streaming import dense_problem
 
 import jaxid
-from jaxid.estimate.logs import output_error
+from jaxid.estimate.logs import output_error, shooting_passes
 from jaxid.estimate.logs.data import FilteredLog, angle_noise_std, torque_noise_std
 from jaxid.estimate.logs.output_error import output_error_fit
 from jaxid.estimate.logs.shooting import MISFIT_NOTE, covariance_envelope, sandwich
@@ -50,7 +50,14 @@ def _solution(logs, regressor, names, start):
 def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
     regressor, names, logs, ls = two_link
     problem, sol = _solution(logs, regressor, names, ls)
-    response, factor, _ = torque_response(problem, logs, sol.normal, problem.request(sol.par, sol.states))
+    request = problem.request(sol.par, sol.states)
+    response, factor, _ = torque_response(problem, logs, sol.normal, request)
+    # From the last pass's own angle rows (what the estimator does): the same K to round-off.
+    blocks = sol.extra[0]
+    assert blocks.rows is not None
+    from_pass = torque_response(problem, logs, sol.normal, request, blocks)[0]
+    for a, b in zip(response, from_pass, strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-10 * np.abs(a).max())
     inverse = sandwich(factor, np.zeros((len(names), len(names))))[1]
     log = logs[0]
     delta = 0.01 * np.random.default_rng(1).standard_normal(log.tau_raw.shape)  # the log's own noise level
@@ -69,6 +76,20 @@ def test_a_torque_change_moves_the_estimate_as_predicted(two_link):
     assert np.max(np.abs(predicted) / std) > 1.0  # a change the check can see
     np.testing.assert_array_less(np.abs(moved - predicted), 0.08 * std)
     np.testing.assert_array_equal(est.value, output_error(logs, regressor, names, start=ls, solver=TRF).value)
+
+
+def test_a_pass_too_large_to_keep_its_rows_gives_the_same_covariance(two_link, monkeypatch):
+    """``shooting_passes.ROWS_BYTES``: a fit whose angle rows exceed it keeps none (``Blocks.rows`` is ``None``) and
+    its input-noise covariance computes the sensitivities again: the same estimate and stds to round-off."""
+    regressor, names, logs, ls = two_link
+    options = dict(start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
+    kept = output_error(logs, regressor, names, **options)
+    monkeypatch.setattr(shooting_passes, "ROWS_BYTES", 0)
+    problem, sol = _solution(logs, regressor, names, ls)
+    assert sol.extra[0].rows is None
+    dropped = output_error(logs, regressor, names, **options)
+    np.testing.assert_array_equal(dropped.value, kept.value)
+    np.testing.assert_allclose(dropped.std, kept.std, rtol=1e-9)
 
 
 def test_without_torque_noise_it_is_the_dense_angle_covariance(two_link):

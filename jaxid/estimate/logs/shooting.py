@@ -67,6 +67,9 @@ class Blocks(NamedTuple):
     #: ``(S, p)`` the per-segment ``R_θᵀr`` before ``rtg`` sums them (the sandwich's scores); ``None``
     #: inside a compiled chunk.
     scores: np.ndarray | None = None
+    #: ``(S, k, p + m)`` the angle rows ``[R_θ, R_x]`` themselves, where the pass keeps them (a fit's rows within
+    #: ``shooting_passes.ROWS_BYTES``; ``None`` otherwise): ``shooting_inputs`` starts from them at the solution.
+    rows: np.ndarray | None = None
 
 
 class NormalEquations(NamedTuple):

@@ -56,13 +56,42 @@ from .idim import segment_starts
 from .sensitivities import segment_sensitivities
 from .shooting import Blocks, Factor, NormalEquations, sandwich
 from .shooting_passes import PassRequest, ShootingProblem, chunk_size, padded_rows
-from .stepping import model_step
+from .stepping import model_step, simulate_segments
 
 __all__ = ["INPUT_NOISE_NOTE", "input_noise_covariance", "torque_response"]
 
 #: How an estimate's notes name a covariance with the torque reading's noise (``output_error``; ``jaxid fit``'s
 #: ``noise_upper_bound`` warning looks for it).
 INPUT_NOISE_NOTE = "covariance with the torque reading's noise σ_τ"
+
+
+def _pulled_back(step, states, tau_s, inject, end):
+    """The adjoint of a segment's RK4 steps (module docstring): the cotangents ``inject`` ``(L + 1, m, p)`` at its
+    states and ``end`` ``(m, p)`` at its last one pulled back to its torque samples, ``(p, L + 1, n)``. ``step(y, τ₃)``
+    is one sample's map, ``states`` ``(L + 1, m)`` the segment's simulated states, ``tau_s`` ``(L, 3, n)`` its stage
+    torques."""
+    length = tau_s.shape[0]
+    # Each sample's map y_{k+1}(y_k, its stage torques) linearised by forward mode (2 n + 3 n tangents).
+    a, b = jax.vmap(jax.jacfwd(step, argnums=(0, 1)))(states[:-1], tau_s)  # (L, m, m), (L, m, 3, n)
+
+    def back(lam, k):  # the adjoint of the step k: λ_{k+1} → (λ_k, the stage torques' cotangents)
+        return a[k].T @ lam + inject[k], jnp.einsum("mij,mp->pij", b[k], lam)
+
+    _, stages = jax.lax.scan(back, end, jnp.arange(length - 1, -1, -1))  # (L, p, 3, n), last sample first
+    stages = jnp.moveaxis(stages[::-1], 1, 0)  # (p, L, 3, n)
+    # stage_torques' transpose: stages (t_k, t_k + Δ/2, t_k + Δ) of the samples k and k + 1.
+    lead = stages[:, :, 0] + 0.5 * stages[:, :, 1]
+    trail = 0.5 * stages[:, :, 1] + stages[:, :, 2]
+    zero = jnp.zeros_like(lead[:, :1])
+    return jnp.concatenate([lead, zero], axis=1) + jnp.concatenate([zero, trail], axis=1)
+
+
+def _injected(d_q, sig, length, stride):
+    """The angle rows' cotangents ``(L + 1, m, p)`` of a segment: ``Ĵ``'s angle rows ``d_q`` ``(L + 1, n, p)`` over
+    ``σ²`` at the residual samples (every ``stride``-th before the last), zero elsewhere and on the velocities."""
+    rows = (jnp.arange(length + 1) % stride == 0) & (jnp.arange(length + 1) < length)  # the residual samples
+    inject = jnp.where(rows[:, None, None], d_q / sig[None, :, None] ** 2, 0.0)
+    return jnp.concatenate([inject, jnp.zeros_like(inject)], axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
@@ -83,38 +112,60 @@ def _torque_rows(
 ):
     """Per segment of a chunk, ``Ĵ``'s rows pulled back to its torque samples: ``(C, p, L + 1, n)`` (module
     docstring). ``follow`` ``(C, m, p)`` = ``T_s``, ``next_follow`` = ``T_{s+1}`` (zero where the segment links
-    on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too)."""
+    on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too). The segment's sensitivities computed here (a
+    fit whose pass did not keep its rows: ``_torque_rows_from_pass``)."""
     p = theta.shape[0]
+    step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
 
     def segment(y0, tau_s, sig, t_s, t_next, w2):
-        length = tau_s.shape[0]
         # Ĵ's rows: the angles and the end state moved by (e_i, T_s[:, i]), from the pass's forward sensitivities.
         # The generic path: run once per fit, where the unrolled one compiled 26 s against 5.5 s.
         states, sens_q, sens_end = segment_sensitivities(
             regressor, theta, y0, tau_s, sample_step, known, substeps, unrolled_path=False
         )
-        d_q = sens_q[..., :p] + sens_q[..., p:] @ t_s  # (L + 1, n, p)
-        rows = (jnp.arange(length + 1) % stride == 0) & (jnp.arange(length + 1) < length)  # the residual samples
-        inject = jnp.where(rows[:, None, None], d_q / sig[None, :, None] ** 2, 0.0)
-        inject = jnp.concatenate([inject, jnp.zeros_like(inject)], axis=1)  # (L + 1, m, p): angle rows only
+        inject = _injected(sens_q[..., :p] + sens_q[..., p:] @ t_s, sig, tau_s.shape[0], stride)
         end = w2[:, None] * (sens_end[:, :p] + sens_end[:, p:] @ t_s - t_next)  # the gap's cotangent (m, p)
-
-        # Each sample's map y_{k+1}(y_k, its stage torques) linearised by forward mode (2 n + 3 n tangents).
-        step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
-        a, b = jax.vmap(jax.jacfwd(step, argnums=(0, 1)))(states[:-1], tau_s)  # (L, m, m), (L, m, 3, n)
-
-        def back(lam, k):  # the adjoint of the step k: λ_{k+1} → (λ_k, the stage torques' cotangents)
-            return a[k].T @ lam + inject[k], jnp.einsum("mij,mp->pij", b[k], lam)
-
-        _, stages = jax.lax.scan(back, end, jnp.arange(length - 1, -1, -1))  # (L, p, 3, n), last sample first
-        stages = jnp.moveaxis(stages[::-1], 1, 0)  # (p, L, 3, n)
-        # stage_torques' transpose: stages (t_k, t_k + Δ/2, t_k + Δ) of the samples k and k + 1.
-        lead = stages[:, :, 0] + 0.5 * stages[:, :, 1]
-        trail = 0.5 * stages[:, :, 1] + stages[:, :, 2]
-        zero = jnp.zeros_like(lead[:, :1])
-        return jnp.concatenate([lead, zero], axis=1) + jnp.concatenate([zero, trail], axis=1)
+        return _pulled_back(step, states, tau_s, inject, end)
 
     return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight)
+
+
+@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
+def _torque_rows_from_pass(
+    theta,
+    initial_states,
+    torques,
+    sigma,
+    follow,
+    next_follow,
+    gap_weight,
+    rows,
+    end_theta,
+    end_x,
+    *,
+    regressor,
+    known,
+    sample_step,
+    stride,
+    substeps,
+):
+    """``_torque_rows`` from the pass's own sensitivities at the solution: its angle rows ``rows`` ``(C, k, p + m)``
+    (``Blocks.rows``: ``∂q/∂(θ, y₀) / σ`` at the residual samples) and end-state Jacobians ``end_theta``, ``end_x``;
+    only the states are simulated again (for the steps' linearisation). The same numbers to round-off as
+    ``_torque_rows`` (tested), without its ``p + 2 n`` tangents through every stage."""
+    p = theta.shape[0]
+    step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
+
+    def segment(y0, tau_s, sig, t_s, t_next, w2, r, e_theta, e_x):
+        length, n = tau_s.shape[0], tau_s.shape[-1]
+        states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
+        d_q = (r[..., :p] + r[..., p:] @ t_s).reshape(-1, n, p) * sig[None, :, None]  # (k / n, n, p): ∂q, unscaled
+        full = jnp.zeros((length + 1, n, p), d_q.dtype).at[:length:stride].set(d_q)
+        inject = _injected(full, sig, length, stride)
+        end = w2[:, None] * (e_theta + e_x @ t_s - t_next)  # the gap's cotangent (m, p)
+        return _pulled_back(step, states, tau_s, inject, end)
+
+    return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight, rows, end_theta, end_x)
 
 
 def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
@@ -124,13 +175,19 @@ def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
 
 
 def torque_response(
-    problem: ShootingProblem, logs: Sequence[FilteredLog], ne: NormalEquations, request: PassRequest
+    problem: ShootingProblem,
+    logs: Sequence[FilteredLog],
+    ne: NormalEquations,
+    request: PassRequest,
+    blocks: Blocks | None = None,
 ) -> tuple[list[np.ndarray], Factor, np.ndarray]:
     """``(K, factor, T)`` at the solution of ``problem`` (``request``: its pass there, which holds ``θ`` and the
     states) with the normal equations ``ne`` in ``θ`` there (module docstring): ``K`` per log ``(N, p, n)``,
     ``Ĵᵀ ∂r/∂τ F`` for the log's raw torque samples (a
     change ``δτ`` of the raw torque moves the estimate by ``−S⁻¹ Σ_t K[t] δτ[t]`` to first order), ``factor``
-    the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment."""
+    the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment.
+    ``blocks``: that pass's, whose angle rows (``Blocks.rows``, where it kept them) spare computing the segments'
+    sensitivities again (one rich Panda fit: 0.63 → 0.2 s; docs/performance.md)."""
     factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
     segments, m = request.states.shape
     p = request.theta.shape[0]
@@ -148,12 +205,16 @@ def torque_response(
         next_follow,
         gap_weight,
     )
+    program = _torque_rows
+    if blocks is not None and blocks.rows is not None:
+        per_segment += (blocks.rows, blocks.e_theta, blocks.e_x)
+        program = _torque_rows_from_pass
     arrays = tuple(a[fill] for a in per_segment)
     theta_j = jnp.asarray(request.theta)
 
     def run(lo):
         chunk = (jnp.asarray(a[lo : lo + size]) for a in arrays)
-        return np.asarray(_torque_rows(theta_j, *chunk, **request.static))
+        return np.asarray(program(theta_j, *chunk, **request.static))
 
     rows = np.concatenate(thread_map(run, range(0, fill.size, size)))[:segments]
     length, first, response = problem.length, 0, []
@@ -179,7 +240,7 @@ def input_noise_covariance(
     ``torque_response``) with the normal equations ``ne`` in ``θ`` and the pass's ``blocks`` there (module
     docstring): ``S⁻¹ (Ĵ_aᵀĴ_a + K Σ_e Kᵀ) S⁻¹``, ``torque_std`` ``(n,)`` the reading noise's ``σ_τ`` per joint
     [N m]; and ``S⁻¹`` (``shooting.sandwich``)."""
-    response, factor, follow = torque_response(problem, logs, ne, request)
+    response, factor, follow = torque_response(problem, logs, ne, request, blocks)
     meat = _angle_information(blocks, follow)
     for k in response:
         k = k * np.asarray(torque_std)[None, None, :]

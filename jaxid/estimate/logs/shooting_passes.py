@@ -111,20 +111,31 @@ def run_pass_groups(
             per_fit[f] = np.repeat(np.stack([getattr(r, f) for r in requests]), counts, axis=0)
         arrays = tuple(per_fit[f][fill] for f in ("theta", "states", "torques", "measured", "sigma"))
         jobs += [(g, lo, size) for lo in range(0, fill.size, size)]
-        plans.append((jacobian, requests[0].static, arrays, counts))
+        # The angle rows, (total, k, p + m), kept where small (``ROWS_BYTES``, for the whole group).
+        keep = total * per_fit["measured"][0].size * (arrays[0].shape[1] + arrays[1].shape[1]) * 8 <= ROWS_BYTES
+        plans.append((jacobian, requests[0].static, arrays, counts, keep))
 
     def run(job):
         g, lo, size = job
-        jacobian, static, arrays, _ = plans[g]
+        jacobian, static, arrays, _, keep = plans[g]
         program = _shooting_blocks if jacobian else _shooting_residuals
         out = program(*(jnp.asarray(a[lo : lo + size]) for a in arrays), **static)
+        if jacobian and not keep:
+            out = out._replace(rows=None)
         return jax.tree.map(np.asarray, out)
 
     done = thread_map(run, jobs)
     return [
         _split(jacobian, counts, [o for o, job in zip(done, jobs, strict=True) if job[0] == g])
-        for g, (jacobian, _, _, counts) in enumerate(plans)
+        for g, (jacobian, _, _, counts, _) in enumerate(plans)
     ]
+
+
+#: A Jacobian pass keeps a fit's angle rows (``Blocks.rows``) where they take at most this many bytes (the Panda's
+#: 5-s benchmark log: 1.9 MB; ten 50-s runs of a six-joint arm at 500 Hz: ~170 MB, dropped), so that the input-noise
+#: covariance at the solution starts from the last pass's sensitivities instead of computing them again
+#: (``shooting_inputs``).
+ROWS_BYTES = 64 << 20
 
 
 def _split(jacobian: bool, counts: list[int], out: list) -> list:
@@ -133,6 +144,7 @@ def _split(jacobian: bool, counts: list[int], out: list) -> list:
     fields = [
         np.concatenate(parts)[:total] for parts in zip(*(tuple(o)[: 9 if jacobian else 2] for o in out), strict=True)
     ]
+    rows = np.concatenate([o.rows for o in out])[:total] if jacobian and out[0].rows is not None else None
     bounds = np.cumsum([0, *counts])
     results = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
@@ -140,7 +152,7 @@ def _split(jacobian: bool, counts: list[int], out: list) -> list:
         if not jacobian:
             results.append(tuple(mine))
             continue
-        blocks = Blocks(*mine)
+        blocks = Blocks(*mine, rows=None if rows is None else rows[lo:hi])
         # Summed here, over the fit's real segments in one order: neither the chunk size nor the other fits
         # in the call change the sums.
         results.append(blocks._replace(rtr=blocks.rtr.sum(0), rtg=blocks.rtg.sum(0), scores=blocks.rtg))
@@ -205,6 +217,7 @@ def _shooting_blocks(
         rtx=jnp.einsum("ckp,ckm->cpm", r_theta, r_x),
         rxx=jnp.einsum("ckm,ckl->cml", r_x, r_x),
         rxg=jnp.einsum("ckm,ck->cm", r_x, res),
+        rows=jac,
     )
 
 
@@ -286,7 +299,7 @@ def shooting_problem(
         """A ``LINEARISE`` request's answer from its pass's ``Blocks``: the normal equations (in ``φ``) and the
         pass's blocks and ``θ``; an ``EVALUATE``'s from its residuals and end states: the cost ``½ |r|²``.
         ``None`` if not finite."""
-        if not all(np.isfinite(b).all() for b in out):
+        if not all(np.isfinite(b).all() for b in out if b is not None):
             return None
         if kind != LINEARISE:
             return shooting_cost(*out, states, linked, scale_c)[0]
