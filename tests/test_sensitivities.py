@@ -84,6 +84,7 @@ def test_sensitivities_equal_jacfwd_of_the_simulation(which, substeps):
     assert np.abs(reference[-1, :, : theta.size]).max() > 1e-3  # the parameters move the end state
 
 
+@pytest.mark.slow  # over 2 s warm with its fixtures: the quick tier leaves it out (README, Development)
 @pytest.mark.parametrize("substeps", [1, "traced"])
 def test_the_ekf_s_step_jacobian_equals_jacfwd_of_the_step(substeps):
     """``model_step_jacobian`` on the unrolled path (a ``lax.scan`` over samples under ``vmap`` over two models,

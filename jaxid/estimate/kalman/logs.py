@@ -33,10 +33,11 @@ the start that chose the RK4 substeps (``stable_substeps``). ``mass_floor = 0`` 
 Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the
 data, start and noise levels traced), so the logs of a benchmark setting's trials compile once; the
 transition's Jacobian by ``sensitivities.model_step_jacobian`` (below; elsewhere ``jacfwd`` through the
-accelerations' custom JVP, one copy of the model per step). The EKF runs ``augmented_extended_kalman_filter``: ``θ`` is constant and the angles are the state's first
-entries, so the covariance's predict and update are products of ``2 n`` or ``n`` rows instead of dense
-``(2 n + p)²`` matrices (the Panda: 83 states); the same filter to round-off (1e-12 on 20 Panda trials), 20
-warm trials 12.9 → 10.4 s (docs/performance.md, "The EKF's block-structured covariance").
+accelerations' custom JVP, one copy of the model per step). The EKF runs ``augmented_extended_kalman_filter``:
+``θ`` is constant and the angles are the state's first entries, so the covariance's predict and update are
+products of ``2 n`` or ``n`` rows instead of dense ``(2 n + p)²`` matrices (the Panda: 83 states); the same filter
+to round-off (1e-12 on 20 Panda trials), 20 warm trials 12.9 → 10.4 s (docs/performance.md, "The EKF's
+block-structured covariance").
 On a ``SerialArm``'s base columns (the benchmark's and ``jaxid fit``'s) that Jacobian is one sample of the forward
 sensitivities on the arm's unrolled dynamics (as output error's pass): 20 Panda trials a setting, warm, 0.77 → 0.51 s
 a rich trial, 2.44 → 1.30 s a poor one, the first program ~7 s longer (docs/performance.md, "The EKF's transition").

@@ -21,7 +21,7 @@ residuals:
 
 **Computed** segment by segment (a segment's angle rows and end state depend only on ``θ``, its own
 initial state and its own torque samples): the segment's forward sensitivities (``sensitivities.
-segment_sensitivities``, the Jacobian pass's) give ``Ĵ``'s rows of segment ``s`` in the ``p`` directions
+segment_sensitivities``: the last Jacobian pass's own rows, ``Blocks.rows``, where it kept them) give ``Ĵ``'s rows of segment ``s`` in the ``p`` directions
 ``(e_i, T_s[:, i])``: its angle rows and the continuity gap it starts (``W (e_s − x_{s+1})``: the next segment's
 state moves by ``T_{s+1}``). Those rows (the gap's times ``W``) are pulled back to the segment's stage torques by
 the discrete adjoint of its RK4 steps: each sample's map ``y_{k+1}(y_k, its stage torques)`` linearised by
@@ -187,7 +187,7 @@ def torque_response(
     change ``δτ`` of the raw torque moves the estimate by ``−S⁻¹ Σ_t K[t] δτ[t]`` to first order), ``factor``
     the ``shooting.Factor`` of ``ne``, ``T`` ``(S, m, p)`` the states' best response ``−C⁻¹Bᵀ`` per segment.
     ``blocks``: that pass's, whose angle rows (``Blocks.rows``, where it kept them) spare computing the segments'
-    sensitivities again (one rich Panda fit: 0.63 → 0.2 s; docs/performance.md)."""
+    sensitivities again (one rich Panda fit's covariance: 0.70 → 0.30 s; docs/performance.md)."""
     factor = Factor(ne, np.zeros_like(ne.g_par), np.zeros_like(ne.g_x))
     segments, m = request.states.shape
     p = request.theta.shape[0]
