@@ -262,48 +262,32 @@ def batched_iv(
         kept = {k: signals[k][3] for k in alive}
         stacked = [np.concatenate([signals[k][j][kept[k]] for k in alive]) for j in (1, 2)] if alive else None
         z_all = rowwise(regressor, stacked[0][:, :n], stacked[0][:, n:], stacked[1]) if alive else None
-        bounds = np.cumsum([0] + [int(kept[k].sum()) for k in alive])
-        jobs = []
-        for i, k in enumerate(alive):
+        offset = 0
+        survivors = []
+        for k in alive:
             used = signals[k][0]
             if used != segment_s:
                 notes[k] = (
                     f"simulations restarted every {used:.3g} s (not {segment_s:g} s) to stay near the measured trajectory"
                 )
+            z = z_all[offset : offset + int(kept[k].sum())]
+            offset += z.shape[0]
             w, y = measured_rows(k, segments(used).idx[segments(used).keep][kept[k]])
-            jobs.append((w, z_all[bounds[i] : bounds[i + 1]], y, sigma[k], theta[k]))
-        survivors = []
-        # Each trial's pass on host (its own rows only), the trials spread over the cores.
-        for k, result in zip(alive, thread_map(_trial_pass, jobs), strict=True):
-            if isinstance(result, Exception):
-                out[k] = result
+            try:
+                if sigma[k] is None:
+                    sigma[k] = _iv_weights(w, y, theta[k])
+                theta[k], solved = _iv_solve(w, z, y, sigma[k])
+            except (ValueError, np.linalg.LinAlgError) as err:
+                out[k] = err
                 continue
-            sigma[k], w, y, (theta[k], solved) = result
             last[k] = (w, y, solved)
             survivors.append(k)
         alive = survivors
     lags = correlation_lags(h, d0.cutoff_hz, decimate)
-
-    jobs = [(names, theta[k], *last[k][:2], sigma[k], last[k][2], lags, iterations, notes[k]) for k in alive]
-    for k, result in zip(alive, thread_map(_trial_identification, jobs), strict=True):
-        out[k] = result
+    for k in alive:
+        w, y, solved = last[k]
+        try:
+            out[k] = _iv_identification(names, theta[k], w, y, sigma[k], solved, lags, iterations, notes[k])
+        except (ValueError, np.linalg.LinAlgError) as err:
+            out[k] = err
     return out
-
-
-def _trial_pass(job):
-    """One trial's IV pass on host from its rows ``(w, z, y, σ or None, θ)``: ``(σ, w, y, (θ, solved))`` or the
-    exception ``idim_iv`` would raise (``_iv_weights`` at the first pass, ``_iv_solve``)."""
-    w, z, y, sigma, theta = job
-    try:
-        sigma = _iv_weights(w, y, theta) if sigma is None else sigma
-        return sigma, w, y, _iv_solve(w, z, y, sigma)
-    except (ValueError, np.linalg.LinAlgError) as err:
-        return err
-
-
-def _trial_identification(job):
-    """``_iv_identification(*job)``, or the exception it raises."""
-    try:
-        return _iv_identification(*job)
-    except (ValueError, np.linalg.LinAlgError) as err:
-        return err
