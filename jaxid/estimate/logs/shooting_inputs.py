@@ -103,6 +103,7 @@ def _torque_rows(
     follow,
     next_follow,
     gap_weight,
+    from_pass=None,
     *,
     regressor,
     known,
@@ -112,60 +113,32 @@ def _torque_rows(
 ):
     """Per segment of a chunk, ``Ĵ``'s rows pulled back to its torque samples: ``(C, p, L + 1, n)`` (module
     docstring). ``follow`` ``(C, m, p)`` = ``T_s``, ``next_follow`` = ``T_{s+1}`` (zero where the segment links
-    on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too). The segment's sensitivities computed here (a
-    fit whose pass did not keep its rows: ``_torque_rows_from_pass``)."""
+    on to none), ``gap_weight`` ``(C, m)`` = ``W²`` (zero there too). ``from_pass``: the pass's own sensitivities at
+    the solution, ``(rows, end_θ, end_x)`` (``Blocks.rows``: ``∂q/∂(θ, y₀) / σ`` at the residual samples, ``(C, k,
+    p + m)``, and the end state's Jacobians), so that only the states are simulated again (for the steps'
+    linearisation); ``None``: the sensitivities computed here, on the generic path (a program run once per fit, where
+    the unrolled one compiled 26 s against 5.5 s). The two give the same numbers to round-off (tested); ``None``
+    and a tuple are two programs."""
     p = theta.shape[0]
     step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
 
-    def segment(y0, tau_s, sig, t_s, t_next, w2):
-        # Ĵ's rows: the angles and the end state moved by (e_i, T_s[:, i]), from the pass's forward sensitivities.
-        # The generic path: run once per fit, where the unrolled one compiled 26 s against 5.5 s.
-        states, sens_q, sens_end = segment_sensitivities(
-            regressor, theta, y0, tau_s, sample_step, known, substeps, unrolled_path=False
-        )
-        inject = _injected(sens_q[..., :p] + sens_q[..., p:] @ t_s, sig, tau_s.shape[0], stride)
-        end = w2[:, None] * (sens_end[:, :p] + sens_end[:, p:] @ t_s - t_next)  # the gap's cotangent (m, p)
-        return _pulled_back(step, states, tau_s, inject, end)
-
-    return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight)
-
-
-@functools.partial(jax.jit, static_argnames=("regressor", "known", "sample_step", "stride", "substeps"))
-def _torque_rows_from_pass(
-    theta,
-    initial_states,
-    torques,
-    sigma,
-    follow,
-    next_follow,
-    gap_weight,
-    rows,
-    end_theta,
-    end_x,
-    *,
-    regressor,
-    known,
-    sample_step,
-    stride,
-    substeps,
-):
-    """``_torque_rows`` from the pass's own sensitivities at the solution: its angle rows ``rows`` ``(C, k, p + m)``
-    (``Blocks.rows``: ``∂q/∂(θ, y₀) / σ`` at the residual samples) and end-state Jacobians ``end_theta``, ``end_x``;
-    only the states are simulated again (for the steps' linearisation). The same numbers to round-off as
-    ``_torque_rows`` (tested), without its ``p + 2 n`` tangents through every stage."""
-    p = theta.shape[0]
-    step = functools.partial(model_step, regressor, theta, sample_step=sample_step, known=known, substeps=substeps)
-
-    def segment(y0, tau_s, sig, t_s, t_next, w2, r, e_theta, e_x):
+    def segment(y0, tau_s, sig, t_s, t_next, w2, *kept):
         length, n = tau_s.shape[0], tau_s.shape[-1]
-        states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
-        d_q = (r[..., :p] + r[..., p:] @ t_s).reshape(-1, n, p) * sig[None, :, None]  # (k / n, n, p): ∂q, unscaled
-        full = jnp.zeros((length + 1, n, p), d_q.dtype).at[:length:stride].set(d_q)
-        inject = _injected(full, sig, length, stride)
+        if kept:  # Ĵ's rows from the pass's: the angles and the end state moved by (e_i, T_s[:, i])
+            r, e_theta, e_x = kept
+            states = simulate_segments(regressor, theta, y0[None], tau_s[None], sample_step, known, substeps)[0]
+            d_q = (r[..., :p] + r[..., p:] @ t_s).reshape(-1, n, p) * sig[None, :, None]  # (k / n, n, p), unscaled
+            d_q = jnp.zeros((length + 1, n, p), d_q.dtype).at[:length:stride].set(d_q)
+        else:
+            states, sens_q, sens_end = segment_sensitivities(
+                regressor, theta, y0, tau_s, sample_step, known, substeps, unrolled_path=False
+            )
+            d_q, e_theta, e_x = sens_q[..., :p] + sens_q[..., p:] @ t_s, sens_end[:, :p], sens_end[:, p:]
+        inject = _injected(d_q, sig, length, stride)
         end = w2[:, None] * (e_theta + e_x @ t_s - t_next)  # the gap's cotangent (m, p)
         return _pulled_back(step, states, tau_s, inject, end)
 
-    return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight, rows, end_theta, end_x)
+    return jax.vmap(segment)(initial_states, torques, sigma, follow, next_follow, gap_weight, *(from_pass or ()))
 
 
 def _angle_information(blocks: Blocks, follow: np.ndarray) -> np.ndarray:
@@ -205,16 +178,16 @@ def torque_response(
         next_follow,
         gap_weight,
     )
-    program = _torque_rows
-    if blocks is not None and blocks.rows is not None:
+    kept = blocks is not None and blocks.rows is not None
+    if kept:
         per_segment += (blocks.rows, blocks.e_theta, blocks.e_x)
-        program = _torque_rows_from_pass
     arrays = tuple(a[fill] for a in per_segment)
     theta_j = jnp.asarray(request.theta)
 
     def run(lo):
-        chunk = (jnp.asarray(a[lo : lo + size]) for a in arrays)
-        return np.asarray(program(theta_j, *chunk, **request.static))
+        chunk = [jnp.asarray(a[lo : lo + size]) for a in arrays]
+        from_pass = tuple(chunk[6:]) if kept else None
+        return np.asarray(_torque_rows(theta_j, *chunk[:6], from_pass, **request.static))
 
     rows = np.concatenate(thread_map(run, range(0, fill.size, size)))[:segments]
     length, first, response = problem.length, 0, []
