@@ -30,18 +30,16 @@ covariance is that of the gain used (``jaxid.estimate.kalman.filters``). A start
 gets ``floor = 0``. Keeping the eigenvalue near the start's also keeps the model about as stiff as
 the start that chose the RK4 substeps (``stable_substeps``). ``mass_floor = 0`` turns it off.
 
-Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the
-data, start and noise levels traced), so the logs of a benchmark setting's trials compile once; the
-transition's Jacobian by ``sensitivities.model_step_jacobian`` (below; elsewhere ``jacfwd`` through the
-accelerations' custom JVP, one copy of the model per step). The EKF runs ``augmented_extended_kalman_filter``:
-``θ`` is constant and the angles are the state's first entries, so the covariance's predict and update are
-products of ``2 n`` or ``n`` rows instead of dense ``(2 n + p)²`` matrices (the Panda: 83 states); the same filter
-to round-off (1e-12 on 20 Panda trials), 20 warm trials 12.9 → 10.4 s (docs/performance.md, "The EKF's
-block-structured covariance").
-On a ``SerialArm``'s base columns (the benchmark's and ``jaxid fit``'s) that Jacobian is one sample of the forward
-sensitivities on the arm's unrolled dynamics (as output error's pass): 20 Panda trials a setting, warm, 0.77 → 0.51 s
-a rich trial, 2.44 → 1.30 s a poor one, the first program ~7 s longer (docs/performance.md, "The EKF's transition").
-``kalman_filter_batch`` runs many trials' logs (one each) as one ``vmap`` of that program.
+Speed: one log is one compiled program (``_filter_log``: the model static, hashed by identity; the data, start and
+noise levels traced); ``kalman_filter_batch`` runs many trials' logs (one each) as one ``vmap`` of it. The EKF runs
+``augmented_extended_kalman_filter``: ``θ`` constant and the angles the state's first entries, the covariance's predict
+and update are products of ``2 n`` or ``n`` rows, not dense ``(2 n + p)²`` matrices (the same filter to 1e-12 on 20
+Panda trials; 12.9 → 10.4 s: docs/performance.md, "The EKF's block-structured covariance"). The transition's Jacobian:
+``jacfwd`` through the accelerations' custom JVP, one copy of the model per step; in ``kalman_filter_batch``, on a
+``SerialArm``'s base columns, one sample of output error's forward sensitivities on the unrolled dynamics
+(``sensitivities.model_step_jacobian``: Panda trials 0.77 → 0.51 s rich, 2.44 → 1.30 s poor). Its programs trace ~7 s
+longer, which one fit's few logs do not repay (``scripts/check_six_joint_fit.py``'s EKF 21 → 36 s), so
+``kalman_filter_fit`` keeps ``jacfwd`` (docs/performance.md, "The EKF's transition").
 
 Standard deviations: the final filtered covariance of ``θ`` — exact only for a linear-Gaussian
 model with the stated noise; it ignores linearisation error and the model error.
@@ -323,12 +321,14 @@ def _filter_body(
     kind,
     sample_step,
     substeps=1,
+    unrolled=False,
 ):
     """One log through the filter: the final mean and covariance of ``(q, q', θ)`` and the filtered
     angles. Compiled once per model (``regressor``, ``known``: static, hashed by identity), filter,
     step and log length; the data, the start and the noise levels are traced, so the logs of a
     benchmark's trials share one program. ``valid`` ``(T,)``: the samples that are data (the rest
-    padding, which leaves the filter as it was: ``kalman_filter_fit`` pads every log to a few lengths)."""
+    padding, which leaves the filter as it was: ``kalman_filter_fit`` pads every log to a few lengths). ``unrolled``:
+    the EKF's transition Jacobian by ``model_step_jacobian`` (module docstring, "Speed")."""
     n = q0.shape[0]
     m = 2 * n
     p = theta.shape[0]
@@ -336,30 +336,31 @@ def _filter_body(
     def step(y, th, u):
         return model_step(regressor, th, y, u, sample_step, known, substeps)
 
-    def step_jacobian(y, th, u):  # u: the stage torques and the step's index (the unrolled path's barrier)
-        return model_step_jacobian(regressor, th, y, u[0], sample_step, known, substeps, u[1] >= 0)
-
     m0 = jnp.concatenate([q0, qd0, theta])
     p0 = jnp.zeros((m + p, m + p)).at[m:, m:].set(cov)
     p0 = p0.at[jnp.arange(n), jnp.arange(n)].set(r_std**2).at[jnp.arange(n, m), jnp.arange(n, m)].set(0.1**2)
     qx = jnp.zeros((m, m)).at[n:, n:].set(velocity_cov)
     r = jnp.diag(r_std**2)
     limit = _mass_limit(mass_basis, mass_constant, mass_floor, n)
-    if kind == "ekf":  # θ constant, the angles measured: the block-structured EKF (same filter, cheaper)
-        # The step's index rides with its torques: a fresh ``arange``, not batched under ``_filter_logs``' ``vmap``.
-        inputs, options = (stages, jnp.arange(stages.shape[0])), dict(update_limit=limit, valid=valid)
+    options = dict(update_limit=limit, valid=valid)
+    if kind == "ekf" and unrolled:  # u: the stage torques and the step's index, unbatched (the unrolled path's barrier)
+        inputs = (stages, jnp.arange(stages.shape[0]))
+
+        def jacobian(y, th, u):
+            return model_step_jacobian(regressor, th, y, u[0], sample_step, known, substeps, u[1] >= 0)
+
         result = augmented_extended_kalman_filter(
-            lambda y, th, u: step(y, th, u[0]), qx, r, m0, p0, emissions, inputs, step_jacobian=step_jacobian, **options
+            lambda y, th, u: step(y, th, u[0]), qx, r, m0, p0, emissions, inputs, step_jacobian=jacobian, **options
         )
+    elif kind == "ekf":  # θ constant, the angles measured: the block-structured EKF (same filter, cheaper)
+        result = augmented_extended_kalman_filter(step, qx, r, m0, p0, emissions, stages, **options)
     else:
 
         def f(x, u):
             return jnp.concatenate([step(x[:m], x[m:], u), x[m:]])
 
         q = jnp.zeros((m + p, m + p)).at[:m, :m].set(qx)
-        result = unscented_kalman_filter(
-            f, lambda x: x[:n], q, r, m0, p0, emissions, stages, update_limit=limit, valid=valid
-        )
+        result = unscented_kalman_filter(f, lambda x: x[:n], q, r, m0, p0, emissions, stages, **options)
     return result.final_mean, result.final_covariance, result.filtered_means[:, :n]
 
 
@@ -368,32 +369,15 @@ _filter_log = jax.jit(_filter_body, static_argnames=("regressor", "known", "kind
 
 
 @functools.partial(jax.jit, static_argnames=("regressor", "known", "kind", "sample_step"))
-def _filter_logs(
-    theta,
-    cov,
-    emissions,
-    stages,
-    q0,
-    qd0,
-    r_std,
-    velocity_cov,
-    mass_basis,
-    mass_constant,
-    mass_floor,
-    substeps,
-    *,
-    regressor,
-    known,
-    kind,
-    sample_step,
-):
-    """``_filter_body`` over a leading trial axis of every argument (one ``vmap``, one program), each trial's
-    RK4 substep count traced (``substeps`` ``(B,)``): one program for every count."""
+def _filter_logs(*arrays, regressor, known, kind, sample_step):
+    """``_filter_body`` over a leading trial axis of every argument (one ``vmap``, one program): ``arrays`` its
+    first eleven (``theta`` … ``mass_floor``) and each trial's RK4 substep count, traced (``(B,)``): one program for
+    every count."""
 
     def one(*args):
         *data, count = args
-        return _filter_body(*data, regressor=regressor, known=known, kind=kind, sample_step=sample_step, substeps=count)
+        return _filter_body(
+            *data, regressor=regressor, known=known, kind=kind, sample_step=sample_step, substeps=count, unrolled=True
+        )
 
-    return jax.vmap(one)(
-        theta, cov, emissions, stages, q0, qd0, r_std, velocity_cov, mass_basis, mass_constant, mass_floor, substeps
-    )
+    return jax.vmap(one)(*arrays)
