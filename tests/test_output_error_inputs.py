@@ -85,7 +85,7 @@ def test_a_pass_too_large_to_keep_its_rows_gives_the_same_covariance(two_link, m
     options = dict(start=ls, solver=TRF, covariance="inputs", torque_std=0.01)
     kept = output_error(logs, regressor, names, **options)
     monkeypatch.setattr(shooting_passes, "ROWS_BYTES", 0)
-    problem, sol = _solution(logs, regressor, names, ls)
+    _, sol = _solution(logs, regressor, names, ls)
     assert sol.extra[0].rows is None
     dropped = output_error(logs, regressor, names, **options)
     np.testing.assert_array_equal(dropped.value, kept.value)
