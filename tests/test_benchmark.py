@@ -267,7 +267,7 @@ def test_settings_of_one_arm_share_its_model(tmp_path):
     """``make_plan``'s arm and model objects (every compiled program that takes the model hashes it by identity)
     are one per URDF content, arm options and columns: settings with the same columns share them, so their
     programs compile once; a setting without the Coulomb columns has its own model of the same arm; an edited
-    URDF (same path) is read again."""
+    URDF (same path) is read again. The batched least-squares program is shared the same way."""
     from jaxid.benchmark import make_plan
 
     urdf = tmp_path / "arm.urdf"
@@ -279,6 +279,12 @@ def test_settings_of_one_arm_share_its_model(tmp_path):
     assert again.nominal is plain.nominal is without.nominal and again.base is plain.base
     assert without.regressor is not plain.regressor and len(without.names) == len(plain.names) - 2
     assert without.regressor.arm is plain.regressor.arm
+    # The batched least-squares program (``batched._program``) is then one for the settings with the same model.
+    from jaxid.benchmark.batched import _program
+
+    assert _program(again, True, True, 1) is _program(plain, True, True, 1)
+    assert _program(without, True, True, 1) is not _program(plain, True, True, 1)
+    assert _program(plain, True, False, 1) is not _program(plain, True, True, 1)
     urdf.write_text(TWO_LINK.read_text().replace('<mass value="1.5"/>', '<mass value="1.75"/>'))
     edited = make_plan(exp, exp.setting("plain"))
     assert edited.nominal is not plain.nominal and edited.regressor is not plain.regressor

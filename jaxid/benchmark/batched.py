@@ -29,6 +29,7 @@ depend on the chunk it ran in. ``_start`` and ``_log`` give a trial's IDIM-LS ``
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import jax
@@ -53,6 +54,25 @@ __all__ = ["BATCHED", "batched_estimators", "batched_fits"]
 
 #: The estimators ``run_chunk`` runs batched; the others of a setting run trial by trial.
 BATCHED = ("idim_ls", "rls", "idim_ls_consistent", "idim_ls_bounded")
+
+#: How many compiled programs and entry functions ``_kept`` holds (the most recent).
+KEPT = 8
+_KEPT: collections.OrderedDict = collections.OrderedDict()
+
+
+def _kept(key: tuple, holds: tuple, make):
+    """``make()``, once per ``key`` in this process (the last ``KEPT`` keys). The settings of a run share their
+    nominal arm and base parameters (``trial._shared``), so settings with the same columns, options and decimation
+    get one program, traced and compiled once, and one ``entries_function`` (whose search for equal entries compiles
+    a program of its own): 1.6-3.8 s each on the Panda. ``holds``: the objects whose ``id`` is in ``key``, kept with
+    the value so that no other object can take their ids while it is held."""
+    if key in _KEPT and all(a is b for a, b in zip(_KEPT[key][0], holds, strict=True)):
+        _KEPT.move_to_end(key)
+        return _KEPT[key][1]
+    _KEPT[key] = (holds, make())
+    while len(_KEPT) > KEPT:
+        _KEPT.popitem(last=False)
+    return _KEPT[key][1]
 
 
 def batched_estimators(setting) -> list[str]:
@@ -88,7 +108,8 @@ def _prior(plan):
 
 
 def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False, bounded: bool = False):
-    """The chunk's compiled program, one per plan and estimator set (kept on the plan)."""
+    """The chunk's compiled program, one per plan and estimator set (kept on the plan), shared by the plans
+    of the run that build the same one (``_kept``)."""
     cache = plan.__dict__.setdefault("_batched_programs", {})
     key = (consistent, rls, ndev, rows, bounded)
     if key not in cache:
@@ -101,7 +122,13 @@ def _program(plan, consistent: bool, rls: bool, ndev: int, rows: bool = False, b
         # ``consistent_estimate``'s default: one cut-off period of the decimated rows (their residuals correlate).
         lags = correlation_lags(st["sample_step"], st["cutoff_hz"], stride)
         lower = np.asarray(model.sign_bounds()[0]) if bounded else None
-        cache[key] = _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, lags, *key[:4], lower)
+        # ``to_model`` is ``plan.base``'s map to ``columns``: the key holds what the program is built from.
+        what = (columns.tobytes(), keep.tobytes(), lags, key, None if lower is None else lower.tobytes())
+        cache[key] = _kept(
+            ("program", id(plan.nominal), id(plan.base), id(cmap.arm), *what),
+            (plan.nominal, plan.base, cmap.arm),
+            lambda: _make_program(plan.nominal, columns, keep, cmap.arm, cmap.to_model, lags, *key[:4], lower),
+        )
     return cache[key]
 
 
@@ -125,7 +152,7 @@ def _entries_regressor(arm, mask: np.ndarray):
     mask = np.asarray(mask, dtype=bool).reshape(n, 14 * n)
     if np.any(mask[:, 10 * n :].reshape(n, 4, n) & ~np.eye(n, dtype=bool)[:, None, :]):
         raise ValueError("the joint columns of the standard regressor are diagonal")
-    regressor, index, sign = entries_function(arm, mask)
+    regressor, index, sign = _kept(("entries", id(arm), mask.tobytes()), (arm,), lambda: entries_function(arm, mask))
     return np.flatnonzero(mask), index, sign, regressor
 
 
