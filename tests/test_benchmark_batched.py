@@ -259,6 +259,22 @@ def test_full_run_picks_the_marked_settings(tmp_path):
         load_benchmark(tmp_path / "c.toml")
 
 
+def test_the_panda_full_run_is_the_study_issue_28_asks_for():
+    """``jaxid run benchmark_panda --full``: 1000 trials of three settings with IDIM-LS, IDIM-IV, RLS and consistent
+    LS on every trial, the EKF and output error (and DIDIM) on at least 100 trials of each setting."""
+    from pathlib import Path
+
+    full = load_benchmark(Path(__file__).resolve().parent.parent / "experiments" / "benchmark_panda.toml").select_full()
+    assert len(full.settings) == 3
+    for s in full.settings:
+        assert s.trials == 1000
+        assert {"idim_ls", "idim_iv", "rls", "idim_ls_consistent"} <= set(s["estimators"]), s.name
+        for e in ("ekf", "output_error", "didim"):
+            assert e in s["estimators"] and s["estimator_trials"].get(e, s.trials) >= 100, (s.name, e)
+        for e in ("idim_ls", "idim_iv", "rls", "idim_ls_consistent"):
+            assert s["estimator_trials"].get(e, s.trials) == s.trials, (s.name, e)
+
+
 @pytest.mark.slow
 def test_a_diverged_trial_in_a_chunk_is_a_status(plan):
     """A chunk with one diverged log (non-finite): that trial's rows say ``sim_diverged``, the other's
