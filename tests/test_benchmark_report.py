@@ -23,6 +23,8 @@ CASES = {
     "overconfident": (np.where(np.arange(TRIALS) % 2 == 0, 1.0, -1.0), 0.25, ["ok"] * TRIALS),
     # Five ok trials, all outside: coverage 0 on too few trials to say why.
     "few": (np.full(TRIALS, 5.0), 1.0, ["ok"] * 5 + ["max_iterations"] * (TRIALS - 5)),
+    # No trial ok: every figure empty, and the note says so.
+    "none": (np.zeros(TRIALS), 1.0, ["max_iterations"] * TRIALS),
 }
 
 
@@ -82,6 +84,8 @@ def test_the_note_says_why_coverage_is_outside_the_range(table):
     assert over["median_std_over_reported"] == pytest.approx(np.std(CASES["overconfident"][0], ddof=1) / 0.25)
     assert over["coverage_note"].startswith("reported std too small")
     assert out.loc["few", "coverage_note"] == "too few trials (5 ok) to judge"
+    assert out.loc["none", "coverage_note"] == "no trial ok: nothing to judge"
+    assert out.loc["none", "ok"] == 0 and np.isnan(out.loc["none", "median_coverage95"])
     assert "coverage_note" in markdown.splitlines()[0]
 
 

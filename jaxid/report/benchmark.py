@@ -143,14 +143,15 @@ def coverage_diagnosis(summary: pd.DataFrame) -> dict:
     honest estimator's (``honest_in_range``), else (prefixed, when only the share fails, by that share and the
     lowest coverage) the reasons measured: ``biased`` (more than 20 % of the
     parameters significantly biased: closed-loop correlation, model error or a prior), ``reported
-    std too small`` / ``too large`` (Monte Carlo std / reported std outside 0.8-1.25), or ``too few
-    trials`` (fewer than 10 ok)."""
+    std too small`` / ``too large`` (Monte Carlo std / reported std outside 0.8-1.25), ``too few
+    trials`` (fewer than 10 ok) or ``no trial ok``."""
     keys = ("min_coverage95", "coverage_in_range", "median_bias_over_std", "biased_fraction")
     keys += ("median_std_over_reported", "median_rmse_over_reported")
     out = dict.fromkeys(keys, np.nan)
     out["coverage_note"] = ""
     s = summary[np.isfinite(summary["coverage95"].to_numpy(dtype=float))] if len(summary) else summary
     if not len(s):
+        out["coverage_note"] = "no trial ok: nothing to judge"
         return out
     coverage = s["coverage95"].to_numpy(dtype=float)
     n = int(s["n_ok"].max())
