@@ -66,7 +66,7 @@ def _kept(key: tuple, holds: tuple, make):
     get one program, traced and compiled once, and one ``entries_function`` (whose search for equal entries compiles
     a program of its own): 1.6-3.8 s each on the Panda. ``holds``: the objects whose ``id`` is in ``key``, kept with
     the value so that no other object can take their ids while it is held."""
-    if key in _KEPT and all(a is b for a, b in zip(_KEPT[key][0], holds, strict=True)):
+    if key in _KEPT:  # its ``holds`` alive in the value: the ids in ``key`` are still theirs
         _KEPT.move_to_end(key)
         return _KEPT[key][1]
     _KEPT[key] = (holds, make())
