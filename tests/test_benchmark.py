@@ -246,6 +246,20 @@ def test_shipped_benchmarks_parse_with_a_smoke_setting(path):
     assert {s.name for s in exp.select(None).settings} >= {"consistency_rich", "consistency_poor"}
 
 
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_unmodelled_friction_runs_every_estimator_of_the_rich_setting(path):
+    """``coulomb_unmodelled`` is ``consistency_rich`` with the Coulomb columns left out of the model: the study
+    compares every estimator there, on as many trials as on the rich data (the UR5's ran three of nine)."""
+    exp = load_benchmark(path)
+    for run in (exp.select(None), exp.select_full()):
+        settings = {s.name: s for s in run.settings}
+        if "coulomb_unmodelled" not in settings:
+            continue
+        rich, unmodelled = settings["consistency_rich"], settings["coulomb_unmodelled"]
+        assert unmodelled["estimators"] == rich["estimators"], path.stem
+        assert unmodelled["estimator_trials"] == rich["estimator_trials"], path.stem
+
+
 @pytest.mark.slow
 def test_a_designed_excitation_lowers_the_bound(tmp_path):
     """``excitation = "bound"`` goes through ``jaxid.excitation.fourier_design``: the plan's reference is the
