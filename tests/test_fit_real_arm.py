@@ -147,3 +147,53 @@ def test_the_identified_arm_is_written_back_and_loads(fitted):
     q = jnp.asarray([0.1, -1.2, 1.0])
     tau = arm.inverse_dynamics(q, 0.3 * q, -0.5 * q)
     assert np.all(np.isfinite(np.asarray(tau)))
+
+
+GRIPPER_ARM = """<?xml version="1.0"?>
+<robot name="arm_with_gripper">
+  <link name="base"/>
+  <link name="l1"><inertial><origin xyz="0 0 -0.3"/><mass value="3"/>
+    <inertia ixx="0.05" ixy="0" ixz="0" iyy="0.05" iyz="0" izz="0.01"/></inertial></link>
+  <link name="l2"><inertial><origin xyz="0 0 -0.2"/><mass value="1.5"/>
+    <inertia ixx="0.02" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.005"/></inertial></link>
+  <link name="left"><inertial><origin xyz="0 0 0"/><mass value="0.1"/>
+    <inertia ixx="1e-4" ixy="0" ixz="0" iyy="1e-4" iyz="0" izz="1e-4"/></inertial></link>
+  <link name="right"><inertial><origin xyz="0 0 0"/><mass value="0.1"/>
+    <inertia ixx="1e-4" ixy="0" ixz="0" iyy="1e-4" iyz="0" izz="1e-4"/></inertial></link>
+  <joint name="shoulder" type="revolute"><parent link="base"/><child link="l1"/><axis xyz="0 1 0"/>
+    <limit lower="-1.5" upper="1.5" effort="50" velocity="2"/></joint>
+  <joint name="elbow" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0 0 -0.6"/>
+    <axis xyz="0 1 0"/><limit lower="-1.5" upper="1.5" effort="30" velocity="2"/></joint>
+  <joint name="finger_left" type="prismatic"><parent link="l2"/><child link="left"/><origin xyz="0 0.02 -0.4"/>
+    <axis xyz="0 1 0"/><limit lower="0" upper="0.04" effort="10" velocity="0.1"/></joint>
+  <joint name="finger_right" type="prismatic"><parent link="l2"/><child link="right"/><origin xyz="0 -0.02 -0.4"/>
+    <axis xyz="0 -1 0"/><limit lower="0" upper="0.04" effort="10" velocity="0.1"/></joint>
+</robot>
+"""
+
+
+def test_simulated_logs_of_an_arm_with_a_locked_gripper(tmp_path):
+    """A URDF that branches (a two-finger gripper) with the fingers locked: the arm's joints' friction given per joint
+    of the arm lands on those joints of ``true.urdf`` (the locked fingers get none), the logs hold the arm's two
+    joints; a friction list of another length is an error that names both lengths it takes."""
+    import xml.etree.ElementTree as ET
+
+    from jaxid.fit.simulated import simulated_logs
+
+    urdf = tmp_path / "arm.urdf"
+    urdf.write_text(GRIPPER_ARM)
+    fingers = ["finger_left", "finger_right"]
+    info = simulated_logs(
+        urdf, tmp_path / "data", durations=(0.5,), fixed_joints=fingers, viscous=[0.3, 0.4], coulomb=[0.5, 0.6]
+    )
+    assert info["status"] == [0]
+    joints = {j.get("name"): j.find("dynamics") for j in ET.parse(info["true"]).getroot().iter("joint")}
+    got = {name: (float(d.get("damping")), float(d.get("friction"))) for name, d in joints.items()}
+    assert got == {"shoulder": (0.3, 0.5), "elbow": (0.4, 0.6), "finger_left": (0.0, 0.0), "finger_right": (0.0, 0.0)}
+    log = pd.read_csv(tmp_path / "data" / "run_01.csv")
+    assert [c for c in log.columns if c.startswith("pos_meas")] == ["pos_meas1", "pos_meas2"]
+    with pytest.raises(
+        ValueError,
+        match=r"viscous has 3 values; give one, one per joint of the arm \(2: shoulder, elbow\) or one per moving joint of the URDF \(4\)",
+    ):
+        simulated_logs(urdf, tmp_path / "bad", durations=(0.5,), fixed_joints=fingers, viscous=[0.3, 0.4, 0.5])

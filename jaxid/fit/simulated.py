@@ -62,7 +62,9 @@ def write_urdf_variant(
                     if inertia.get(key) is not None:
                         inertia.set(key, repr(float(inertia.get(key)) * float(s)))
     if viscous is not None or coulomb is not None:
-        moving = [j for j in root.iter("joint") if j.get("type") in ("revolute", "continuous", "prismatic")]
+        from ..model.urdf import _MOVING  # the joint types that move
+
+        moving = [j for j in root.iter("joint") if j.get("type") in _MOVING]
         for i, joint in enumerate(moving):
             dyn = joint.find("dynamics")
             if dyn is None:
@@ -106,7 +108,8 @@ def simulated_logs(
         durations: one run per entry [s] (different lengths, as a campaign has).
         names: the runs' file stems (default ``run_01 …``).
         period, harmonics, margin: each run's Fourier reference (``random_fourier_trajectory``).
-        viscous, coulomb [N m s/rad, N m], armature [kg m²], offset [N m]: the true joints (scalar or per joint).
+        viscous, coulomb [N m s/rad, N m], armature [kg m²], offset [N m]: the true joints (scalar or per joint of
+            the arm; ``viscous`` and ``coulomb`` also one per moving joint of the URDF, locked ones included).
         nominal_error: relative error of the nominal URDF's link masses and inertias.
         angle_std [rad], velocity_std [rad/s], torque_std [N m]: measurement noise (Gaussian).
         log_rate [Hz], jitter (fraction of a logging step), control_rate [Hz], controller_hz [Hz].
@@ -119,7 +122,7 @@ def simulated_logs(
     import jax
 
     from ..excitation.fourier import random_fourier_trajectory
-    from ..model.urdf import load_arm
+    from ..model.urdf import _MOVING, load_arm
     from ..simulation.closed_loop import simulate_closed_loop
     from ..simulation.closed_loop_record import MeasurementNoise
     from ..simulation.controllers import PDController
@@ -127,13 +130,29 @@ def simulated_logs(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    n = load_arm(urdf, fixed_joints=tuple(fixed_joints)).dof
-    every = load_arm(urdf).dof  # the URDF's moving joints, locked ones included (their <dynamics> too)
+    arm_joints = load_arm(urdf, fixed_joints=tuple(fixed_joints)).joint_names
+    n = len(arm_joints)
+    # The URDF's moving joints in file order, locked ones included (``write_urdf_variant`` writes their <dynamics>
+    # too); read from the file, not ``load_arm``, which needs ``fixed_joints`` to read a branching URDF.
+    moving = [j.get("name") for j in ET.parse(urdf).getroot().iter("joint") if j.get("type") in _MOVING]
 
     def per_joint(v, count):
         return [float(x) for x in np.broadcast_to(np.asarray(v, dtype=float), (count,))]
 
-    viscous, coulomb = per_joint(viscous, every), per_joint(coulomb, every)
+    def friction(v, label):
+        """A scalar for every moving joint, one value per moving joint of the file, or one per joint of the arm
+        (``fixed_joints`` left out; the locked joints then get 0)."""
+        v = np.asarray(v, dtype=float)
+        if v.ndim == 0 or v.shape == (len(moving),):
+            return per_joint(v, len(moving))
+        if v.shape == (n,):
+            return [float(v[arm_joints.index(name)]) if name in arm_joints else 0.0 for name in moving]
+        raise ValueError(
+            f"simulated_logs: {label} has {v.size} values; give one, one per joint of the arm ({n}: "
+            f"{', '.join(arm_joints)}) or one per moving joint of the URDF ({len(moving)})."
+        )
+
+    viscous, coulomb = friction(viscous, "viscous"), friction(coulomb, "coulomb")
     armature, offset = per_joint(armature, n), per_joint(offset, n)
     rng = np.random.default_rng(seed)
     true_path = write_urdf_variant(urdf, out / "true.urdf", viscous=viscous, coulomb=coulomb)
