@@ -193,6 +193,11 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _progress_line(line: str) -> None:
+    """A ``jaxid fit`` progress line on stderr (``run_fit``'s ``progress``), at once."""
+    print(f"jaxid fit: {line}", file=sys.stderr, flush=True)
+
+
 def cmd_fit(args) -> int:
     _setup_jax(1)
     import warnings
@@ -204,7 +209,13 @@ def cmd_fit(args) -> int:
         config = load_fit_config(args.config, data=args.data)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = run_fit(config, args.out, overwrite=args.overwrite, figures=not args.no_figures)
+            out = run_fit(
+                config,
+                args.out,
+                overwrite=args.overwrite,
+                figures=not args.no_figures,
+                progress=None if args.quiet else _progress_line,
+            )
     except (ConfigError, FitExists, ValueError) as err:
         print(f"jaxid fit: error: {err}", file=sys.stderr)
         return 2
@@ -274,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", help="results directory (default results/<fit name>)")
     fit.add_argument("--overwrite", action="store_true", help="replace an existing results directory")
     fit.add_argument("--no-figures", action="store_true", help="tables and manifest only")
+    fit.add_argument("--quiet", action="store_true", help="no progress lines on stderr (warnings and errors still)")
     fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list the shipped experiments")
     lst.set_defaults(func=cmd_list)

@@ -123,6 +123,12 @@ def test_end_to_end_fit_on_a_real_run(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "Results in" in captured.out
     assert "jaxid fit: warning: estimator output_error failed" in captured.err
+    # Progress on stderr as each stage ends: the logs, the cut-off, each estimator's start and end, the default.
+    progress = [line.split("] ", 1)[1] for line in captured.err.splitlines() if line.startswith("jaxid fit: [")]
+    assert progress[0] == "read 2 runs at 500 Hz, 2 joints: 3.0 s to fit (1 run), 3.0 s held out (1); 10 unknowns"
+    assert progress[1] == "cut-off 6.4 Hz (given)" and progress[2] == "idim_ls: fitting"
+    assert progress[3].startswith("idim_ls: ok in ") and "default estimate: idim_ls" in progress
+    assert any(line.startswith("output_error: failed (") and "shorter than one segment" in line for line in progress)
     for name in (
         "parameters.csv",
         "validation.csv",

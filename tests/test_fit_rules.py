@@ -249,7 +249,8 @@ def test_angles_in_degrees_warn_and_angle_unit_converts_them(other_build, tmp_pa
     assert "degrees" in set(warned["kind"]) and "far_from_reference" in set(warned["kind"])
     # Told the unit, the same logs give the same fit as the logs in radians: no warning of either kind.
     config = _quick_config(tmp_path, tmp_path, reference, 'angle_unit = "deg"')
-    assert main(["fit", str(config), "--out", str(tmp_path / "b"), "--no-figures"]) == 0
+    assert main(["fit", str(config), "--out", str(tmp_path / "b"), "--no-figures", "--quiet"]) == 0
+    assert "jaxid fit: [" not in capsys.readouterr().err  # --quiet: no progress lines
     warned = pd.read_csv(tmp_path / "b" / "warnings.csv")
     assert not set(warned["kind"]) & {"degrees", "far_from_reference", "inconsistent"}
     params = pd.read_csv(tmp_path / "b" / "parameters.csv").set_index("parameter")

@@ -8,6 +8,7 @@ import platform
 import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +144,19 @@ def _git_revision() -> str | None:
         return None
 
 
-def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool = False, figures: bool = True) -> Path:
+def run_fit(
+    config: FitConfig,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    figures: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """Run a fit config end to end; write tables, figures and a manifest (``jaxid.fit`` docstring).
+
+    ``progress``: called with a line as each stage ends (the logs read, the cut-off, each estimator as it starts and
+    ends with its status and seconds, the default estimate, the validation, the files written): ``jaxid fit``
+    prints them to stderr unless ``--quiet``.
 
     Raises ``FitExists`` if ``out`` holds a previous fit and ``overwrite`` is false,
     ``ConfigError`` for a missing log, ``ValueError`` from IDIM-LS (rank deficiency). Any other
@@ -161,6 +173,11 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     if (out / "manifest.json").exists() and not overwrite:
         raise FitExists(f"{out} already holds a fit; pass --overwrite to replace it.")
     started = time.time()
+
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(f"[{time.time() - started:6.1f} s] {line}")
+
     stages: dict[str, float] = {}  # wall seconds per stage of the fit (manifest "stage_seconds")
     clock = _StageClock(stages)
     model = build_model(config)
@@ -173,8 +190,17 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     check_band(float(val["band_hz"]), sample_step)
     train_raw = {n: logs[n] for n in config.train}
     clock("load")
+    seconds_of = {n: float(log.t[-1] - log.t[0]) + sample_step for n, log in logs.items()}
+    runs = lambda k: f"{k} run{'' if k == 1 else 's'}"  # noqa: E731
+    say(
+        f"read {runs(len(logs))} at {1 / sample_step:.4g} Hz, {next(iter(logs.values())).q.shape[1]} joints: "
+        f"{sum(seconds_of[n] for n in config.train):.1f} s to fit ({runs(len(config.train))}), "
+        f"{sum(seconds_of[n] for n in config.test):.1f} s held out ({len(config.test)}); "
+        f"{len(model.free_names)} unknowns"
+    )
     cutoff, f_exc, cutoff_table, drive = choose_cutoff(config, train_raw, model)
     clock("cutoff")
+    say(f"cut-off {cutoff:.4g} Hz ({'chosen from the training runs' if flt['cutoff_hz'] == 'auto' else 'given'})")
     filtered = filter_all(logs, cutoff, flt)
     # Every metric on one fixed evaluation band, the same for every fit and build (checks docstring).
     evaluation = filter_all(logs, float(val["band_hz"]), flt)
@@ -190,19 +216,23 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         release_if_crowded()  # every estimator's compiled programs within the memory-map limit
         try:
             start = _start(name, ls, estimates, own)  # outside the timing: a start made here is not the estimator's
+            say(f"{name}: fitting")
             t0 = time.time()
             est = _estimate(name, config, train, model, start)
         except Exception as err:  # noqa: BLE001 - one estimator failing must not lose the others
             if name == "idim_ls":
                 raise  # every other estimator starts from it; its errors name what to change (rank)
             failed[name] = _reason(err)
+            say(f"{name}: failed ({failed[name]})")
             continue
         seconds[name] = time.time() - t0
+        say(f"{name}: {est.status} in {seconds[name]:.3g} s")
         if name == "idim_ls":
             ls = est
         embedded = model.embed(est)
         if not np.all(np.isfinite(np.asarray(embedded.value))):
             failed[name] = f"its estimate is not finite (status {est.status})"
+            say(f"{name}: left out: {failed[name]}")
             continue
         estimates[name] = embedded
     clock("estimators")
@@ -228,8 +258,10 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         evaluated = [list(filter_all(dict(fold), float(val["band_hz"]), flt).values()) for fold in folds]
         return choose_default_estimate(config, fitted, evaluated, model, estimates)
 
+    say("choosing the default estimate (held-out folds of the training runs)")
     headline, default_table = attempt("default_estimate", default_estimate, (fallback, []))
     clock("default_estimate")
+    say(f"default estimate: {headline}")
     jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
     clock("jackknife")
     params = parameters_table(estimates, model, jackknife)
@@ -243,6 +275,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
     substeps = simulation_substeps(model, thetas, {n: evaluation[n] for n in config.train})
     validation = validation_table(config, evaluation, model, thetas, horizons, fitted=filtered, substeps=substeps)
     clock("validation")
+    say(f"validated {len(thetas)} models on {len(evaluation)} runs")
     plausibility = check_training_error(validation, {n: evaluation[n] for n in config.train}, headline)
     consistency = attempt("consistency", lambda: consistency_table(model, thetas), pd.DataFrame())
     lines = attempt("frequency_view", lambda: frequency_view(config, evaluation, model, thetas, f_exc), pd.DataFrame())
@@ -276,6 +309,7 @@ def run_fit(config: FitConfig, out: str | Path | None = None, *, overwrite: bool
         notes.append({"kind": "not_exported", "model": name, "message": f"{name}: no parameter file written: {why}"})
     clock("warnings_tables_export")
     figure_paths, figure_failures = [], {}
+    say("tables and parameter files written" + ("; drawing the figures" if figures else ""))
     if figures:
         from .figures import make_fit_figures
 
