@@ -66,6 +66,7 @@ __all__ = [
     "release_if_crowded",
     "host_threads",
     "thread_map",
+    "git_revision",
 ]
 
 _T = TypeVar("_T")
@@ -192,3 +193,17 @@ def thread_map(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(fn, items))
+
+
+def git_revision() -> str | None:
+    """The checkout's ``git rev-parse HEAD`` (what a manifest records), or ``None`` outside a git checkout."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
+        )
+        return out.stdout.strip() or None
+    except Exception:  # noqa: BLE001 - a manifest without a revision is fine
+        return None

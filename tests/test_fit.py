@@ -187,3 +187,31 @@ def test_refused_before_anything_is_written(tmp_path, capsys, edit, message):
     err = capsys.readouterr().err
     assert re.search(message, err) and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # two fits through the CLI
+def test_estimators_side_by_side_equal_one_after_another(tmp_path, monkeypatch, capsys):
+    """IDIM-IV, the EKF and output error (which fails here: its segment is longer than the window) run side by side
+    once the least squares are done; their numbers are those they have run one at a time (a pool of one thread),
+    bit for bit, and the failure is the same status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jaxid.fit.runner as runner
+
+    path = tmp_path / "fit.toml"
+    path.write_text(
+        TINY.replace(
+            'use = ["idim_ls", "idim_ls_bounded", "output_error"]',
+            'use = ["idim_ls", "idim_iv", "ekf", "output_error"]',
+        )
+    )
+    assert main(["fit", str(path), "--out", str(tmp_path / "side"), "--no-figures"]) == 0
+    side = capsys.readouterr().err
+    assert side.index("ekf: fitting") < side.index("idim_iv: ok in")  # started before IDIM-IV ended
+    monkeypatch.setattr(runner, "ThreadPoolExecutor", lambda _: ThreadPoolExecutor(1))
+    assert main(["fit", str(path), "--out", str(tmp_path / "turn"), "--no-figures", "--quiet"]) == 0
+    for name in ("parameters.csv", "validation.csv", "warnings.csv"):
+        assert (tmp_path / "side" / name).read_bytes() == (tmp_path / "turn" / name).read_bytes(), name
+    manifest = json.loads((tmp_path / "side" / "manifest.json").read_text())
+    assert set(manifest["estimators"]) == {"idim_ls", "idim_iv", "ekf"}
+    assert "shorter than one segment" in manifest["failed_estimators"]["output_error"]

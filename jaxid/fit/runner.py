@@ -5,15 +5,15 @@ from __future__ import annotations
 import functools
 import json
 import platform
-import subprocess
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from .._platform import release_if_crowded
+from .._platform import git_revision, release_if_crowded
 from ..config.fit import FitConfig
 from ..estimate import estimator_class, make_estimator
 from ..estimate.abstract import simulation_start
@@ -30,7 +30,7 @@ from .checks import (
 from .cutoff import CUTOFF_RULE, choose_cutoff, filter_all, load_logs
 from .export import clear_previous_fit, export_note, export_parameters
 from .model import build_model, consistency_checks, regression_model
-from .selection import DEFAULT_RULE, choose_default_estimate, training_folds
+from .selection import DEFAULT_RULE, choose_default_estimate, jackknife_std, training_folds
 from .tables import (
     consistency_table,
     frequency_view,
@@ -96,52 +96,11 @@ class _StageClock:
         return self.stages
 
 
-def _jackknife(config, train, model):
-    """Leave-one-training-run-out (jackknife) standard deviation of IDIM-LS, or ``None`` for one run.
-
-    ``sqrt((n − 1)/n · Σ (θ_(i) − θ̄)²)`` over the ``n`` fits that each leave one training run out:
-    unlike the formal standard deviation it contains the run-to-run variation the model cannot
-    explain (still no filter bias that all runs share).
-    """
-    if len(train) < 2:
-        return None
-    from ..estimate.logs.idim import idim_ls_left_out
-
-    estimator = make_estimator("idim_ls", config.estimator_options("idim_ls"))
-    regression = regression_model(model)
-    if estimator.constraint != "none":
-        return None  # the jackknife is of the plain least squares (a bounded fit's has no such formula)
-    thetas = idim_ls_left_out(
-        list(train.values()),
-        regression.regressor,
-        regression.names,
-        decimate=estimator.decimate,
-        weighted=estimator.weighting == "joint",
-        known=regression.known,
-    )
-    if any(theta is None for theta in thetas):
-        return None  # a single run may be the only one that excites a parameter
-    fits = np.tile(np.asarray(model.fixed_values, dtype=float), (len(thetas), 1))
-    fits[:, list(model.free)] = np.stack(thetas)
-    n = len(fits)
-    return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))
-
-
 def _reason(err: BaseException) -> str:
     """One line from an exception: its message, or its type when it has none (no traceback)."""
     text = " ".join(str(err).split())
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(err).__name__}: {text}" if not isinstance(err, ValueError) or not text else text
-
-
-def _git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
-        )
-        return out.stdout.strip() or None
-    except Exception:  # noqa: BLE001 - a manifest without a revision is fine
-        return None
 
 
 def run_fit(
@@ -212,29 +171,51 @@ def run_fit(
     # The consistent start when the config does not run ``idim_ls_consistent``: fitted once, from IDIM-LS (``ls``
     # by then: the least-squares family runs first).
     own = functools.cache(lambda: simulation_start(list(train.values()), regression_model(model), ls))
-    for name in _run_order(config.estimators):
-        release_if_crowded()  # every estimator's compiled programs within the memory-map limit
+
+    def fit_one(name, start):
+        """``(the estimate or the error it raised, wall seconds)``, its progress said as it starts and ends."""
+        say(f"{name}: fitting")
+        t0 = time.time()
         try:
-            start = _start(name, ls, estimates, own)  # outside the timing: a start made here is not the estimator's
-            say(f"{name}: fitting")
-            t0 = time.time()
             est = _estimate(name, config, train, model, start)
         except Exception as err:  # noqa: BLE001 - one estimator failing must not lose the others
             if name == "idim_ls":
                 raise  # every other estimator starts from it; its errors name what to change (rank)
-            failed[name] = _reason(err)
-            say(f"{name}: failed ({failed[name]})")
-            continue
-        seconds[name] = time.time() - t0
-        say(f"{name}: {est.status} in {seconds[name]:.3g} s")
-        if name == "idim_ls":
-            ls = est
-        embedded = model.embed(est)
+            say(f"{name}: failed ({_reason(err)})")
+            return err, 0.0
+        say(f"{name}: {est.status} in {time.time() - t0:.3g} s")
+        return est, time.time() - t0
+
+    def record(name, est, wall):
+        if isinstance(est, Exception):
+            failed[name] = _reason(est)
+            return
+        seconds[name], embedded = wall, model.embed(est)
         if not np.all(np.isfinite(np.asarray(embedded.value))):
             failed[name] = f"its estimate is not finite (status {est.status})"
             say(f"{name}: left out: {failed[name]}")
-            continue
+            return
         estimates[name] = embedded
+
+    order = _run_order(config.estimators)
+    for name in [n for n in order if n in _LEAST_SQUARES]:  # in turn: IDIM-LS first, the others start from it
+        release_if_crowded()  # every estimator's compiled programs within the memory-map limit
+        est, wall = fit_one(name, ls)
+        ls = est if name == "idim_ls" else ls
+        record(name, est, wall)
+    release_if_crowded()
+    starts = {}  # outside the timing: a start made here is not the estimator's
+    for name in [n for n in order if n not in _LEAST_SQUARES]:
+        try:
+            starts[name] = _start(name, ls, estimates, own)
+        except Exception as err:  # noqa: BLE001 - its start failing loses this estimator only
+            failed[name] = _reason(err)
+    # The others depend on the least squares alone: they run side by side, one thread each (a Kalman filter's
+    # scan holds one core), each on its own inputs, so with the numbers it has alone; its seconds are its wall
+    # time while the estimators share the cores.
+    with ThreadPoolExecutor(max(1, len(starts))) as pool:
+        for name, (est, wall) in zip(starts, pool.map(lambda n: fit_one(n, starts[n]), list(starts)), strict=True):
+            record(name, est, wall)
     clock("estimators")
     notes = [
         {"kind": "estimator_failed", "model": n, "message": f"estimator {n} failed and is left out: {why}"}
@@ -262,7 +243,7 @@ def run_fit(
     headline, default_table = attempt("default_estimate", default_estimate, (fallback, []))
     clock("default_estimate")
     say(f"default estimate: {headline}")
-    jackknife = attempt("jackknife", lambda: _jackknife(config, train, model))
+    jackknife = attempt("jackknife", lambda: jackknife_std(config, train, model))
     clock("jackknife")
     params = parameters_table(estimates, model, jackknife)
     thetas = {k: np.asarray(v.value) for k, v in estimates.items()}
@@ -381,7 +362,7 @@ def run_fit(
             "pandas": pd.__version__,
         },
         "device": str(jax.devices()[0]),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
     }
     note = export_note(model)
     if note is not None:  # an arm with no parameter-file writer (a URDF arm)

@@ -1,4 +1,5 @@
-"""Choices a fit makes on its training runs alone: the filter cut-off and the default estimate.
+"""Choices a fit makes on its training runs alone: the filter cut-off and the default estimate; and the
+jackknife standard deviation of IDIM-LS over the training runs (``jackknife_std``).
 
 Both are chosen by **torque prediction on training data left out in turn** (two-fold cross-validation), in
 the fixed evaluation band (``validation.band_hz``), so that the score does not move with the filter
@@ -41,6 +42,7 @@ __all__ = [
     "fold_score",
     "cross_validate",
     "choose_default_estimate",
+    "jackknife_std",
 ]
 
 #: The estimators eligible as the default estimate (module docstring), in order of preference on ties.
@@ -157,3 +159,36 @@ def choose_default_estimate(config, fitted, evaluated, model, estimates):
     for r in table:
         r["chosen"] = r["estimator"] == headline
     return headline, table
+
+
+def jackknife_std(config, train, model):
+    """Leave-one-training-run-out (jackknife) standard deviation of IDIM-LS, or ``None`` for one run.
+
+    ``sqrt((n − 1)/n · Σ (θ_(i) − θ̄)²)`` over the ``n`` fits that each leave one training run out:
+    unlike the formal standard deviation it contains the run-to-run variation the model cannot
+    explain (still no filter bias that all runs share).
+    """
+    if len(train) < 2:
+        return None
+    from ..estimate import make_estimator
+    from ..estimate.logs.idim import idim_ls_left_out
+    from .model import regression_model
+
+    estimator = make_estimator("idim_ls", config.estimator_options("idim_ls"))
+    regression = regression_model(model)
+    if estimator.constraint != "none":
+        return None  # the jackknife is of the plain least squares (a bounded fit's has no such formula)
+    thetas = idim_ls_left_out(
+        list(train.values()),
+        regression.regressor,
+        regression.names,
+        decimate=estimator.decimate,
+        weighted=estimator.weighting == "joint",
+        known=regression.known,
+    )
+    if any(theta is None for theta in thetas):
+        return None  # a single run may be the only one that excites a parameter
+    fits = np.tile(np.asarray(model.fixed_values, dtype=float), (len(thetas), 1))
+    fits[:, list(model.free)] = np.stack(thetas)
+    n = len(fits)
+    return np.sqrt((n - 1) / n * np.sum((fits - fits.mean(0)) ** 2, axis=0))

@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from .._platform import git_revision
 from ..config.common import ConfigError, Experiment
 from .hosts import is_writer
 
@@ -87,7 +87,7 @@ def new_manifest(exp: Experiment, digest: str, manifest_path: Path) -> dict:
         "devices": [str(d) for d in jax.devices()],
         "device_count": len(jax.devices()),
         "platform": platform.platform(),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "settings": {},
     }
@@ -106,16 +106,6 @@ def check_run_dir(run_dir: str | Path) -> Path:
             f"{run_dir} is not a jaxid run directory (no config.json); give the directory `jaxid run` wrote."
         )
     return run_dir
-
-
-def _git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
-        )
-        return out.stdout.strip() or None
-    except Exception:
-        return None
 
 
 def _versions() -> dict:
