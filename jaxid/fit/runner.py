@@ -210,6 +210,7 @@ def run_fit(
             starts[name] = _start(name, ls, estimates, own)
         except Exception as err:  # noqa: BLE001 - its start failing loses this estimator only
             failed[name] = _reason(err)
+            say(f"{name}: failed: no start ({failed[name]})")
     # The others depend on the least squares alone: they run side by side, one thread each (a Kalman filter's
     # scan holds one core), each on its own inputs, so with the numbers it has alone; its seconds are its wall
     # time while the estimators share the cores.
