@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 from . import _platform
@@ -193,9 +194,15 @@ def cmd_list(args) -> int:
     return 0
 
 
+_PROGRESS = threading.Lock()
+
+
 def _progress_line(line: str) -> None:
-    """A ``jaxid fit`` progress line on stderr (``run_fit``'s ``progress``), at once."""
-    print(f"jaxid fit: {line}", file=sys.stderr, flush=True)
+    """A ``jaxid fit`` progress line on stderr (``run_fit``'s ``progress``), at once and whole (the estimators that
+    run side by side say theirs from their own threads)."""
+    with _PROGRESS:
+        sys.stderr.write(f"jaxid fit: {line}\n")
+        sys.stderr.flush()
 
 
 def cmd_fit(args) -> int:

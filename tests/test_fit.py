@@ -208,6 +208,7 @@ def test_estimators_side_by_side_equal_one_after_another(tmp_path, monkeypatch, 
     assert main(["fit", str(path), "--out", str(tmp_path / "side"), "--no-figures"]) == 0
     side = capsys.readouterr().err
     assert side.index("ekf: fitting") < side.index("idim_iv: ok in")  # started before IDIM-IV ended
+    assert all(line.count("jaxid fit:") == 1 for line in side.splitlines() if "jaxid fit:" in line)  # lines whole
     monkeypatch.setattr(runner, "ThreadPoolExecutor", lambda _: ThreadPoolExecutor(1))
     assert main(["fit", str(path), "--out", str(tmp_path / "turn"), "--no-figures", "--quiet"]) == 0
     for name in ("parameters.csv", "validation.csv", "warnings.csv"):
