@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from .._platform import thread_map
-from ..estimate.kalman.logs import kalman_filter_batch
+from ..estimate.kalman.logs import KINDS, kalman_filter_batch
 from ..types import Status
 from .batched import _log, _start, batched_estimators, batched_fits, simulates
 from .batched_iv import batched_iv
@@ -37,7 +37,7 @@ from .didim import didim_chunk
 __all__ = ["FILTERS", "FILTER_BLOCK", "LOCKSTEP", "lockstep", "run_chunk"]
 
 #: The Kalman filters ``run_chunk`` runs over a chunk's trials as one ``kalman_filter_batch`` call each.
-FILTERS = ("ekf", "ukf")
+FILTERS = KINDS
 #: The estimators ``run_chunk`` runs over a chunk's trials in lockstep where ``lockstep()`` says so (``fit_logs_batch``:
 #: output error's fits, each round's passes as one program over all their segments).
 LOCKSTEP = ("output_error",)

@@ -41,6 +41,7 @@ from ..config.study import Setting
 from ..estimate import IdimLS, make_estimator
 from ..estimate.abstract import simulation_start
 from ..estimate.crlb import base_parameter_crlb
+from ..estimate.kalman.logs import KINDS
 from ..estimate.logs import ConsistentMap, RegressionModel, filter_log
 from ..excitation.fourier import FourierTrajectory, check_limits, random_fourier_trajectory
 from ..fit.model import BaseColumns, StandardColumns, nonnegative_names
@@ -286,7 +287,7 @@ def setting_estimator(plan: BenchmarkPlan, name: str):
     options = plan.setting["estimator_options"].get(name) or {}
     estimator = make_estimator(name, options)
     inputs = getattr(estimator, "covariance", None) == "inputs"  # output error, plain or consistent
-    if (inputs or name in ("ekf", "ukf") and estimator.velocity_process_std is None) and estimator.torque_std is None:
+    if (inputs or name in KINDS and estimator.velocity_process_std is None) and estimator.torque_std is None:
         estimator = make_estimator(name, {**options, "torque_std": float(plan.setting["torque_std"])})
     return estimator
 

@@ -17,6 +17,7 @@ from .._platform import git_revision, release_if_crowded
 from ..config.fit import FitConfig
 from ..estimate import estimator_class, make_estimator
 from ..estimate.abstract import simulation_start
+from ..estimate.kalman.logs import KINDS
 from ..estimate.logs.reweighted import consistent_start
 from .checks import (
     check_band,
@@ -211,12 +212,17 @@ def run_fit(
         except Exception as err:  # noqa: BLE001 - its start failing loses this estimator only
             failed[name] = _reason(err)
             say(f"{name}: failed: no start ({failed[name]})")
-    # The others depend on the least squares alone: they run side by side, one thread each (a Kalman filter's
-    # scan holds one core), each on its own inputs, so with the numbers it has alone; its seconds are its wall
-    # time while the estimators share the cores.
-    with ThreadPoolExecutor(max(1, len(starts))) as pool:
-        for name, (est, wall) in zip(starts, pool.map(lambda n: fit_one(n, starts[n]), list(starts)), strict=True):
-            record(name, est, wall)
+    # The others depend on the least squares alone. A Kalman filter's scan holds one core, so the filters run in the
+    # background, one thread each, while the rest run in turn (each spreads its own work over the cores); every one
+    # on its own inputs, so with the numbers it has alone, its seconds its wall time while they share the cores.
+    done = {}
+    with ThreadPoolExecutor(max(1, sum(n in KINDS for n in starts))) as pool:
+        background = {n: pool.submit(fit_one, n, starts[n]) for n in starts if n in KINDS}
+        for name in [n for n in starts if n not in KINDS]:
+            done[name] = fit_one(name, starts[name])
+        done.update({n: future.result() for n, future in background.items()})
+    for name in starts:
+        record(name, *done[name])
     clock("estimators")
     notes = [
         {"kind": "estimator_failed", "model": n, "message": f"estimator {n} failed and is left out: {why}"}

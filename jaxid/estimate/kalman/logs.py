@@ -62,7 +62,10 @@ from ..logs.stepping import model_step, stable_substeps, stage_torques
 from .filters import augmented_extended_kalman_filter, unscented_kalman_filter
 from .mass_floor import _mass_limit, _mass_points, velocity_covariance
 
-__all__ = ["kalman_filter_batch", "kalman_filter_fit"]
+__all__ = ["KINDS", "kalman_filter_batch", "kalman_filter_fit"]
+
+#: The Kalman filters on logs (``kind``): each runs its logs one sample after another, a scan on one core.
+KINDS = ("ekf", "ukf")
 
 
 def kalman_filter_fit(
@@ -227,7 +230,7 @@ def kalman_filter_batch(
 def _prepare(logs, start, kind, noise, initial_relative_std, mass_floor, regressor, known) -> dict:
     """Host-side set-up of one run of the filter: checks, noise levels (``noise``: ``(measurement_std,
     velocity_process_std, torque_std)``), prior, substeps, mass floor."""
-    if kind not in ("ekf", "ukf"):
+    if kind not in KINDS:
         raise ValueError(f"kind must be 'ekf' or 'ukf', got {kind!r}.")
     measurement_std, velocity_process_std, torque_std = noise
     n = logs[0].joints
