@@ -151,7 +151,10 @@ def run_fit(
     train_raw = {n: logs[n] for n in config.train}
     clock("load")
     seconds_of = {n: float(log.t[-1] - log.t[0]) + sample_step for n, log in logs.items()}
-    runs = lambda k: f"{k} run{'' if k == 1 else 's'}"  # noqa: E731
+
+    def runs(k: int) -> str:
+        return f"{k} run{'' if k == 1 else 's'}"
+
     say(
         f"read {runs(len(logs))} at {1 / sample_step:.4g} Hz, {next(iter(logs.values())).q.shape[1]} joints: "
         f"{sum(seconds_of[n] for n in config.train):.1f} s to fit ({runs(len(config.train))}), "
@@ -184,8 +187,9 @@ def run_fit(
                 raise  # every other estimator starts from it; its errors name what to change (rank)
             say(f"{name}: failed ({_reason(err)})")
             return err, 0.0
-        say(f"{name}: {est.status} in {time.time() - t0:.3g} s")
-        return est, time.time() - t0
+        wall = time.time() - t0
+        say(f"{name}: {est.status} in {wall:.3g} s")
+        return est, wall
 
     def record(name, est, wall):
         if isinstance(est, Exception):
